@@ -1,0 +1,55 @@
+"""Target lookup: a registered adapter name or ``module:attribute``."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from rlconform.adapters.base import SetupError, Target
+
+BUILTIN_TARGETS: dict[str, str] = {
+    "oracle": "rlconform.adapters.oracle_target:OracleTarget",
+    "torchref": "rlconform.adapters.torchref:TorchRef",
+}
+
+
+def load_target(spec: str, **options: Any) -> Target:
+    """Build the target named by ``spec``; raise SetupError with what to do on failure.
+
+    ``spec`` is a registered name (``oracle``, ``torchref``, ...) or ``module:attribute``
+    where the attribute is a Target instance, a Target subclass, or a factory returning one.
+    Options (``device``, ``framework_path``, ...) go to classes and factories that accept them.
+    """
+    path = BUILTIN_TARGETS.get(spec, spec)
+    if ":" not in path:
+        known = ", ".join(sorted(BUILTIN_TARGETS))
+        raise SetupError(f"unknown target {spec!r}: use one of {known} or module:attribute")
+    module_name, _, attribute = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise SetupError(f"cannot import {module_name!r} for target {spec!r}: {exc}") from exc
+    try:
+        obj = getattr(module, attribute)
+    except AttributeError as exc:
+        raise SetupError(f"module {module_name!r} has no attribute {attribute!r}") from exc
+    if isinstance(obj, Target):
+        return obj
+    if callable(obj):
+        target = _call_with_supported(obj, options)
+        if not isinstance(target, Target):
+            raise SetupError(f"{path} returned {type(target).__name__}, not an rlconform Target")
+        return target
+    raise SetupError(f"{path} is neither a Target nor a factory of one")
+
+
+def _call_with_supported(factory: Any, options: dict[str, Any]) -> Any:
+    import inspect
+
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return factory()
+    accepts_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {k: v for k, v in options.items() if v is not None and (accepts_all or k in params)}
+    return factory(**kwargs)

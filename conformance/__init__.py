@@ -1,0 +1,1 @@
+"""The conformance engine: clause registry, case strategies, comparison, runner, reports, CLI."""

@@ -1,0 +1,1 @@
+"""One module per contract area; each registers its clauses with ``@clause``."""

@@ -1,0 +1,1 @@
+"""Clauses of the CONTRACT area `loss`."""

@@ -1,0 +1,128 @@
+"""The ``rlconform`` command line: ``certify``, ``clauses`` and the fixture/doc tools.
+
+Exit codes of ``certify``: 0 every applicable clause passes or is a declared deviation;
+1 at least one ``fail`` or ``error``; 2 usage or setup problem (one-line message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from rlconform.adapters.base import SetupError
+from rlconform.conformance.profiles import RUN_PROFILES, get_run_profile
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, no usage dump
+        raise SetupError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="rlconform", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    certify = sub.add_parser("certify", help="certify a target clause by clause")
+    certify.add_argument("target", help="registered adapter name or module:attribute")
+    certify.add_argument("--profile", default="ci", choices=sorted(RUN_PROFILES))
+    certify.add_argument("--only", default=None, help="glob(s) of clause ids, comma-separated")
+    certify.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    certify.add_argument("--seed", type=int, default=None)
+    certify.add_argument("--json", dest="json_path", default=None, metavar="PATH")
+    certify.add_argument("--junit", dest="junit_path", default=None, metavar="PATH")
+    certify.add_argument("--markdown", dest="markdown_path", default=None, metavar="PATH")
+    certify.add_argument(
+        "--framework-path",
+        default=None,
+        metavar="PATH",
+        help="source checkout of the framework to import (slime, roll)",
+    )
+
+    clauses = sub.add_parser("clauses", help="list the contract clauses")
+    clauses.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def _check_device(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SetupError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
+
+
+def cmd_certify(args: argparse.Namespace) -> int:
+    from rlconform.adapters.registry import load_target
+    from rlconform.conformance.registry import select
+    from rlconform.conformance.report import json_report, junit, markdown
+    from rlconform.conformance.report.console import ConsoleReporter
+    from rlconform.conformance.runner import certify
+
+    run_profile = get_run_profile(args.profile)
+    _check_device(args.device)
+    target = load_target(args.target, device=args.device, framework_path=args.framework_path)
+    clauses = select(args.only)
+    if not clauses:
+        raise SetupError(f"--only {args.only!r} matches no clause (see 'rlconform clauses')")
+    reporter = ConsoleReporter(total=len(clauses))
+    reporter.header(target.describe(), run_profile.name, args.device)
+    report = certify(
+        target,
+        clauses,
+        run_profile,
+        device=args.device,
+        seed=args.seed,
+        on_start=reporter.on_start,
+        on_result=reporter.on_result,
+    )
+    reporter.final(report)
+    if args.json_path:
+        json_report.write(report, args.json_path)
+    if args.junit_path:
+        junit.write(report, args.junit_path)
+    if args.markdown_path:
+        markdown.write(report, args.markdown_path)
+    return report.exit_code
+
+
+def cmd_clauses(args: argparse.Namespace) -> int:
+    from rlconform.conformance.registry import load_all
+
+    rows = [
+        {"id": c.id, "area": c.area, "title": c.title, "statement": c.statement}
+        for c in load_all().values()
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(rows)} contract clauses")
+    for column in ("id", "area", "title"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["id"], row["area"], row["title"])
+    Console(soft_wrap=True).print(table)
+    return 0
+
+
+COMMANDS = {"certify": cmd_certify, "clauses": cmd_clauses}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """In-process entry point: returns the exit code instead of exiting."""
+    try:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        return COMMANDS[args.command](args)
+    except SetupError as exc:
+        print(f"rlconform: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+
+
+def entry() -> None:
+    sys.exit(main())

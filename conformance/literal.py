@@ -1,0 +1,37 @@
+"""Render cases as copy-pasteable Python literals (NaN and inf included)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def to_literal(value: Any) -> str:
+    """A Python expression that evaluates back to ``value`` (floats exactly, via repr)."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "float('nan')"
+        if math.isinf(value):
+            return "float('inf')" if value > 0 else "-float('inf')"
+        return repr(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{to_literal(k)}: {to_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(to_literal(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        inner = ", ".join(to_literal(v) for v in value)
+        return "(" + inner + ("," if len(value) == 1 else "") + ")"
+    return repr(value)
+
+
+def to_jsonable(value: Any) -> Any:
+    """The same value with NaN/inf as strings so that strict JSON can carry it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, (str, int, bool)) or value is None or isinstance(value, float):
+        return value
+    return repr(value)

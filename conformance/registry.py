@@ -1,0 +1,128 @@
+"""Clause registry keyed by CONTRACT ids: ``@clause(...)`` registers one check function."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+AREAS: tuple[str, ...] = (
+    "schema",
+    "filter",
+    "mask",
+    "layout",
+    "logprob",
+    "reward",
+    "kl",
+    "adv",
+    "loss",
+    "offpolicy",
+    "agg",
+    "batch",
+    "metrics",
+    "purity",
+)
+
+_CLAUSE_MODULES: tuple[str, ...] = (
+    "schema",
+    "filter",
+    "mask",
+    "layout",
+    "logprob",
+    "reward",
+    "kl",
+    "advantage",
+    "loss",
+    "offpolicy",
+    "aggregate",
+    "batch",
+    "metrics",
+    "purity",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Clause:
+    """One contract clause and the check that certifies it.
+
+    ``check(ctx, case)`` raises ``ClauseMismatch`` when the target breaks the clause.
+    ``strategy`` (a hypothesis strategy or a callable ``profile -> strategy``) draws
+    cases; ``examples`` are pinned boundary cases that always run first. A clause with
+    no strategy runs ``check(ctx, None)`` once. ``applies(target)`` returns a reason to
+    skip, or None.
+    """
+
+    id: str
+    title: str
+    statement: str
+    ops: tuple[str, ...]
+    check: Callable[[Any, Any], None]
+    strategy: Any = None
+    examples: tuple[Any, ...] = ()
+    applies: Callable[[Any], str | None] | None = None
+    max_examples_scale: float = 1.0
+
+    @property
+    def area(self) -> str:
+        return self.id.split(".", 1)[0]
+
+
+_REGISTRY: dict[str, Clause] = {}
+
+
+def clause(
+    id: str,
+    *,
+    title: str,
+    statement: str,
+    ops: Sequence[str],
+    strategy: Any = None,
+    examples: Sequence[Any] = (),
+    applies: Callable[[Any], str | None] | None = None,
+    max_examples_scale: float = 1.0,
+) -> Callable[[Callable[[Any, Any], None]], Callable[[Any, Any], None]]:
+    """Register the decorated ``check(ctx, case)`` under the CONTRACT clause ``id``."""
+
+    def register(check: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+        if id in _REGISTRY:
+            raise ValueError(f"clause {id!r} is registered twice")
+        _REGISTRY[id] = Clause(
+            id=id,
+            title=title,
+            statement=" ".join(statement.split()),
+            ops=tuple(ops),
+            check=check,
+            strategy=strategy,
+            examples=tuple(examples),
+            applies=applies,
+            max_examples_scale=max_examples_scale,
+        )
+        return check
+
+    return register
+
+
+def load_all() -> dict[str, Clause]:
+    """Import every clause module once and return the registry, in contract order."""
+    for module in _CLAUSE_MODULES:
+        importlib.import_module(f"rlconform.conformance.clauses.{module}")
+    order = {area: i for i, area in enumerate(AREAS)}
+    return dict(sorted(_REGISTRY.items(), key=lambda kv: (order.get(kv[1].area, 99), kv[0])))
+
+
+def select(pattern: str | None) -> list[Clause]:
+    """Clauses whose id matches the glob ``pattern`` (comma-separated globs allowed)."""
+    clauses = list(load_all().values())
+    if not pattern:
+        return clauses
+    globs = [p.strip() for p in pattern.split(",") if p.strip()]
+    return [c for c in clauses if any(fnmatch.fnmatchcase(c.id, g) for g in globs)]
+
+
+def get(clause_id: str) -> Clause:
+    clauses = load_all()
+    if clause_id not in clauses:
+        raise KeyError(f"unknown clause {clause_id!r}")
+    return clauses[clause_id]

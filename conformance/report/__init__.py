@@ -1,0 +1,1 @@
+"""Report writers: console table, JSON, JUnit XML and Markdown, all from one RunReport."""

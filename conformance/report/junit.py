@@ -1,0 +1,61 @@
+"""JUnit XML: one test case per clause, named by its clause id (classname = area)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from rlconform.conformance.results import RunReport
+
+
+def render(report: RunReport) -> str:
+    summary = report.summary
+    suite = ET.Element(
+        "testsuite",
+        name=f"rlconform.{report.target['name']}",
+        tests=str(len(report.clauses)),
+        failures=str(summary["fail"]),
+        errors=str(summary["error"]),
+        skipped=str(summary["skip"]),
+        time=f"{sum(r.duration_s for r in report.clauses):.3f}",
+    )
+    props = ET.SubElement(suite, "properties")
+    for key, value in report.target.items():
+        ET.SubElement(props, "property", name=f"target.{key}", value=str(value))
+    for result in report.clauses:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"rlconform.{result.id.split('.', 1)[0]}",
+            name=result.id,
+            time=f"{result.duration_s:.3f}",
+        )
+        case_props = ET.SubElement(case, "properties")
+        ET.SubElement(case_props, "property", name="clause", value=result.id)
+        ET.SubElement(case_props, "property", name="status", value=result.status)
+        if result.status == "fail":
+            node = ET.SubElement(case, "failure", message=result.message.splitlines()[0])
+            node.text = _body(result)
+        elif result.status == "error":
+            node = ET.SubElement(case, "error", message=result.message.splitlines()[0])
+            node.text = _body(result)
+        elif result.status == "skip":
+            ET.SubElement(case, "skipped", message=result.message)
+        elif result.status == "deviation":
+            out = ET.SubElement(case, "system-out")
+            out.text = result.message
+    ET.indent(suite)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _body(result) -> str:
+    parts = [result.message]
+    if result.counterexample and "reproducer" in result.counterexample:
+        parts.append("Reproducer:\n" + result.counterexample["reproducer"])
+    if result.traceback:
+        parts.append(result.traceback)
+    return "\n\n".join(parts)
+
+
+def write(report: RunReport, path: str | Path) -> None:
+    Path(path).write_text(render(report), encoding="utf-8")

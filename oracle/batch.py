@@ -1,0 +1,1 @@
+"""Oracle for the CONTRACT area `batch` (standard library only, ragged lists, float64)."""

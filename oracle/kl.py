@@ -1,0 +1,1 @@
+"""Oracle for the CONTRACT area `kl` (standard library only, ragged lists, float64)."""
