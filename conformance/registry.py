@@ -14,6 +14,7 @@ AREAS: tuple[str, ...] = (
     "mask",
     "layout",
     "logprob",
+    "entropy",
     "reward",
     "kl",
     "adv",
