@@ -1,0 +1,100 @@
+"""The runner isolates clauses: crashes and hangs fail only their clause; manifests apply."""
+
+from __future__ import annotations
+
+import time
+
+from rlconform.adapters.base import with_overrides
+from rlconform.conformance.profiles import RunProfile
+from rlconform.conformance.registry import get
+from rlconform.conformance.runner import certify, run_clause
+
+FAST = RunProfile("test", max_examples=5, derandomize=True, clause_time_limit_s=2.0)
+
+
+def crashing(self, scores, response_mask, loss_mask):
+    raise RuntimeError("boom inside the implementation")
+
+
+def hanging(self, scores, response_mask, loss_mask):
+    while True:
+        time.sleep(0.01)
+
+
+def test_exception_in_target_is_an_error_with_traceback(torchref):
+    broken = with_overrides(torchref, place_reward_last=crashing)
+    result = run_clause(get("reward.place_last"), broken, FAST)
+    assert result.status == "error"
+    assert result.message == "place_reward_last raised RuntimeError: boom inside the implementation"
+    assert "Traceback" in result.traceback
+    assert "reproducer" in result.counterexample
+
+
+def test_hang_in_target_times_out_and_run_continues(torchref):
+    broken = with_overrides(torchref, place_reward_last=hanging)
+    clauses = [get("reward.place_last"), get("reward.place_last")]
+    started = time.perf_counter()
+    report = certify(broken, clauses, FAST)
+    assert time.perf_counter() - started < 10
+    assert [r.status for r in report.clauses] == ["error", "error"]
+    assert "timed out after 2 s" in report.clauses[0].message
+    assert report.exit_code == 1
+
+
+def test_missing_operation_is_skipped(torchref):
+    lacking = with_overrides(torchref, place_reward_last=None)
+    result = run_clause(get("reward.place_last"), lacking, FAST)
+    assert result.status == "skip"
+    assert result.message == "not implemented by target: place_reward_last"
+
+
+def test_declared_deviation_that_fails_is_reported_as_deviation(torchref):
+    def last_column(self, scores, response_mask, loss_mask):
+        out = scores.new_zeros(response_mask.shape)
+        if out.shape[-1]:
+            out[:, -1] = scores
+        return out
+
+    broken = with_overrides(torchref, place_reward_last=last_column)
+    broken.deviations = {"reward.place_last": "writes the reward at column -1"}
+    result = run_clause(get("reward.place_last"), broken, FAST)
+    assert result.status == "deviation"
+    assert result.message.startswith("declared deviation: writes the reward at column -1 | observed:")
+    assert result.counterexample["uid"] in ("s0", "s1")
+
+
+def test_stale_deviation_fails(torchref):
+    stale = with_overrides(torchref)
+    stale.deviations = {"reward.place_last": "used to write into padding"}
+    result = run_clause(get("reward.place_last"), stale, FAST)
+    assert result.status == "fail"
+    assert result.message.startswith("stale deviation")
+
+
+def test_counterexample_reproducer_replays(torchref):
+    def off_by_one(self, scores, response_mask, loss_mask):
+        out = scores.new_zeros(response_mask.shape)
+        lengths = response_mask.sum(-1)
+        for i, n in enumerate(lengths.tolist()):
+            if n >= 2:
+                out[i, n - 2] = scores[i]
+            elif n == 1:
+                out[i, 0] = scores[i]
+        return out
+
+    broken = with_overrides(torchref, place_reward_last=off_by_one)
+    result = run_clause(get("reward.place_last"), broken, FAST)
+    assert result.status == "fail"
+    namespace: dict = {}
+    code = result.counterexample["reproducer"]
+    assert code.startswith("from rlconform.conformance.repro import replay\n")
+    import pytest
+
+    from rlconform.conformance.errors import ClauseMismatch
+    from rlconform.conformance.repro import replay
+
+    case = eval(code.split("case=", 1)[1][:-1], {"float": float})
+    with pytest.raises(ClauseMismatch):
+        replay("reward.place_last", broken, case)
+    namespace["ok"] = True
+    assert namespace["ok"]
