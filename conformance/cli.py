@@ -50,7 +50,9 @@ def _check_device(device: str) -> None:
         import torch
 
         if not torch.cuda.is_available():
-            raise SetupError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
+            raise SetupError(
+                "--device cuda: no CUDA device is available (torch.cuda.is_available() is False)"
+            )
 
 
 def cmd_certify(args: argparse.Namespace) -> int:

@@ -204,5 +204,10 @@ def _check_shapes(
             raise ClauseMismatch(
                 f"[{clause}] {what}: sample uid={uids[i]!r} has {len(act_row)} tokens, "
                 f"expected {len(exp_row)}",
-                detail={"what": what, "uid": uids[i], "expected": len(exp_row), "actual": len(act_row)},
+                detail={
+                    "what": what,
+                    "uid": uids[i],
+                    "expected": len(exp_row),
+                    "actual": len(act_row),
+                },
             )

@@ -69,10 +69,16 @@ def pad_left(
     return out.to(device)
 
 
-def right_mask(lengths: Sequence[int], width: int, device: str | torch.device = "cpu") -> torch.Tensor:
+def right_mask(
+    lengths: Sequence[int], width: int, device: str | torch.device = "cpu"
+) -> torch.Tensor:
     """(B, width) int64 mask with ones on the first ``lengths[i]`` columns of row i."""
     cols = torch.arange(width).unsqueeze(0)
-    return (cols < torch.tensor(list(lengths), dtype=torch.int64).unsqueeze(1)).to(torch.int64).to(device)
+    return (
+        (cols < torch.tensor(list(lengths), dtype=torch.int64).unsqueeze(1))
+        .to(torch.int64)
+        .to(device)
+    )
 
 
 def unpad_right(tensor: Any, lengths: Sequence[int]) -> list[list[float]]:
@@ -118,5 +124,11 @@ def assert_padding_zero(
                 raise ClauseMismatch(
                     f"[{clause}] {what}: padding is not zero at sample uid={uids[i]!r}, "
                     f"column {token} (L_i={lengths[i]}): actual {value!r}",
-                    detail={"what": what, "uid": uids[i], "token": token, "expected": 0.0, "actual": value},
+                    detail={
+                        "what": what,
+                        "uid": uids[i],
+                        "token": token,
+                        "expected": 0.0,
+                        "actual": value,
+                    },
                 )

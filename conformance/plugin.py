@@ -15,7 +15,9 @@ import pytest
 
 def pytest_addoption(parser: Any) -> None:
     group = parser.getgroup("rlconform", "rlconform postprocess-contract certification")
-    group.addoption("--rlc-target", default=None, help="adapter name or module:attribute to certify")
+    group.addoption(
+        "--rlc-target", default=None, help="adapter name or module:attribute to certify"
+    )
     group.addoption("--rlc-profile", default="ci", help="run profile: ci, dev or thorough")
     group.addoption("--rlc-only", default=None, help="glob(s) of clause ids, comma-separated")
     group.addoption("--rlc-device", default="cpu", help="cpu or cuda")

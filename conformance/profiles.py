@@ -20,7 +20,9 @@ class RunProfile:
 RUN_PROFILES: dict[str, RunProfile] = {
     "ci": RunProfile("ci", max_examples=25, derandomize=True, clause_time_limit_s=120.0),
     "dev": RunProfile("dev", max_examples=100, derandomize=False, clause_time_limit_s=300.0),
-    "thorough": RunProfile("thorough", max_examples=1000, derandomize=False, clause_time_limit_s=1800.0),
+    "thorough": RunProfile(
+        "thorough", max_examples=1000, derandomize=False, clause_time_limit_s=1800.0
+    ),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import signal
 import threading
@@ -68,8 +69,11 @@ def check_once(clause: Clause, ctx: CheckContext, case: Any) -> None:
         raise
 
 
+_EXCEPTION_GROUP = getattr(builtins, "BaseExceptionGroup", ())
+
+
 def _first_failure(exc: BaseException) -> BaseException:
-    if isinstance(exc, BaseExceptionGroup):
+    if _EXCEPTION_GROUP and isinstance(exc, _EXCEPTION_GROUP):
         for inner in exc.exceptions:
             found = _first_failure(inner)
             if isinstance(found, (ClauseMismatch, TargetError)):

@@ -97,7 +97,11 @@ def token_batch(
         if scores is not None:
             sample["reward"] = scores[i]
         samples.append(sample)
-    return {"samples": samples, "pad_value": draw(pad_values()), "extra_pad": draw(st.integers(0, 2))}
+    return {
+        "samples": samples,
+        "pad_value": draw(pad_values()),
+        "extra_pad": draw(st.integers(0, 2)),
+    }
 
 
 def lengths_of(case: dict[str, Any]) -> list[int]:

@@ -16,7 +16,9 @@ def place_reward_last(
     Row sum == reward whenever the sample is not flagged.
     """
     if nonaction_tail not in ("last_token", "last_action"):
-        raise ContractError("reward.place_last", f"unknown nonaction_tail {nonaction_tail!r}", uid=uid)
+        raise ContractError(
+            "reward.place_last", f"unknown nonaction_tail {nonaction_tail!r}", uid=uid
+        )
     row = [0.0] * len(loss_mask)
     if nonaction_tail == "last_token":
         index = len(loss_mask) - 1

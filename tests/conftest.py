@@ -21,7 +21,9 @@ def certify_one(target: Target, clause_id: str, profile: str = "ci") -> ClauseRe
 def assert_caught(target: Target, clause_id: str) -> ClauseResult:
     """A broken variant must fail (not error, not pass) on the clause it breaks."""
     result = certify_one(target, clause_id)
-    assert result.status == "fail", f"{clause_id}: expected fail, got {result.status}: {result.message}"
+    assert result.status == "fail", (
+        f"{clause_id}: expected fail, got {result.status}: {result.message}"
+    )
     return result
 
 

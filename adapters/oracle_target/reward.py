@@ -17,7 +17,11 @@ class RewardOps:
         lengths = [int(n) for n in response_mask.sum(-1).tolist()]
         masks = [[int(m) for m in row[:n]] for row, n in zip(loss_mask.tolist(), lengths)]
         rows = [
-            oracle_reward.place_reward_last(s, m, nonaction_tail=self.profile.reward_nonaction_tail)[0]
+            oracle_reward.place_reward_last(
+                s, m, nonaction_tail=self.profile.reward_nonaction_tail
+            )[0]
             for s, m in zip(to_float_list(scores), masks)
         ]
-        return pad_right(rows, width=response_mask.shape[-1], dtype=scores.dtype, device=scores.device)
+        return pad_right(
+            rows, width=response_mask.shape[-1], dtype=scores.dtype, device=scores.device
+        )

@@ -14,13 +14,29 @@ from rlconform.oracle import reward as oracle
 
 _PLACE_EXAMPLES = (
     # L_i = 0 next to a full-length row: verl writes the reward into column -1 (padding).
-    {"samples": [{"uid": "s0", "mask": [], "reward": 1.0}, {"uid": "s1", "mask": [1, 1, 1], "reward": 2.0}],
-     "pad_value": 0.0, "extra_pad": 0},
+    {
+        "samples": [
+            {"uid": "s0", "mask": [], "reward": 1.0},
+            {"uid": "s1", "mask": [1, 1, 1], "reward": 2.0},
+        ],
+        "pad_value": 0.0,
+        "extra_pad": 0,
+    },
     # Uneven lengths with extra right padding: column -1 is not L_i - 1.
-    {"samples": [{"uid": "s0", "mask": [1, 1], "reward": 1.0}, {"uid": "s1", "mask": [1, 1, 1, 1], "reward": -1.0}],
-     "pad_value": 0.0, "extra_pad": 2},
+    {
+        "samples": [
+            {"uid": "s0", "mask": [1, 1], "reward": 1.0},
+            {"uid": "s1", "mask": [1, 1, 1, 1], "reward": -1.0},
+        ],
+        "pad_value": 0.0,
+        "extra_pad": 2,
+    },
     # Response ends in a tool observation (mask 0 tail).
-    {"samples": [{"uid": "s0", "mask": [1, 1, 0, 0], "reward": 3.0}], "pad_value": 0.0, "extra_pad": 1},
+    {
+        "samples": [{"uid": "s0", "mask": [1, 1, 0, 0], "reward": 3.0}],
+        "pad_value": 0.0,
+        "extra_pad": 1,
+    },
 )
 
 
@@ -48,9 +64,13 @@ def check_place_last(ctx: Any, case: dict[str, Any]) -> None:
         oracle.place_reward_last(s["reward"], s["mask"], nonaction_tail=tail, uid=s["uid"])[0]
         for s in samples
     ]
-    scores = pad_right([[s["reward"]] for s in samples], width=1, dtype=ctx.dtype, device=ctx.device)[:, 0]
+    scores = pad_right(
+        [[s["reward"]] for s in samples], width=1, dtype=ctx.dtype, device=ctx.device
+    )[:, 0]
     response_mask = right_mask(lengths, width, ctx.device)
-    loss_mask = pad_right([s["mask"] for s in samples], width=width, dtype=response_mask.dtype, device=ctx.device)
+    loss_mask = pad_right(
+        [s["mask"] for s in samples], width=width, dtype=response_mask.dtype, device=ctx.device
+    )
     placed = ctx.call("place_reward_last", scores, response_mask, loss_mask)
     assert_padding_zero("reward.place_last", "token_level_scores", placed, lengths, uids)
     assert_rows_close(

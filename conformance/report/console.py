@@ -10,7 +10,13 @@ from rich.table import Table
 from rlconform.conformance.registry import Clause
 from rlconform.conformance.results import ClauseResult, RunReport
 
-_STYLES = {"pass": "green", "fail": "bold red", "deviation": "yellow", "skip": "dim", "error": "bold magenta"}
+_STYLES = {
+    "pass": "green",
+    "fail": "bold red",
+    "deviation": "yellow",
+    "skip": "dim",
+    "error": "bold magenta",
+}
 
 
 class ConsoleReporter:

@@ -6,7 +6,13 @@ from pathlib import Path
 
 from rlconform.conformance.results import RunReport
 
-_ICONS = {"pass": "pass", "fail": "**FAIL**", "deviation": "deviation", "skip": "skip", "error": "**ERROR**"}
+_ICONS = {
+    "pass": "pass",
+    "fail": "**FAIL**",
+    "deviation": "deviation",
+    "skip": "skip",
+    "error": "**ERROR**",
+}
 
 
 def _cell(text: str) -> str:

@@ -25,7 +25,14 @@ def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_plugin_passes_on_torchref_and_tags_junit_with_clause_ids(tmp_path):
     junit = tmp_path / "junit.xml"
-    run = _pytest(tmp_path, "--rlc-target", "torchref", "--rlc-only", "reward.place_last", f"--junitxml={junit}")
+    run = _pytest(
+        tmp_path,
+        "--rlc-target",
+        "torchref",
+        "--rlc-only",
+        "reward.place_last",
+        f"--junitxml={junit}",
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "rlconform target: torchref" in run.stdout
     case = next(ET.parse(junit).getroot().iter("testcase"))

@@ -59,7 +59,9 @@ def test_declared_deviation_that_fails_is_reported_as_deviation(torchref):
     broken.deviations = {"reward.place_last": "writes the reward at column -1"}
     result = run_clause(get("reward.place_last"), broken, FAST)
     assert result.status == "deviation"
-    assert result.message.startswith("declared deviation: writes the reward at column -1 | observed:")
+    assert result.message.startswith(
+        "declared deviation: writes the reward at column -1 | observed:"
+    )
     assert result.counterexample["uid"] in ("s0", "s1")
 
 
