@@ -42,6 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     clauses = sub.add_parser("clauses", help="list the contract clauses")
     clauses.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    fixtures = sub.add_parser("fixtures", help="golden fixture cases")
+    fixtures_sub = fixtures.add_subparsers(
+        dest="fixtures_command", required=True, parser_class=_Parser
+    )
+    regenerate = fixtures_sub.add_parser(
+        "regenerate", help="rewrite fixtures/cases/*.json from the builders"
+    )
+    regenerate.add_argument(
+        "--check", action="store_true", help="only report files that would change (exit 1)"
+    )
     return parser
 
 
@@ -111,7 +121,19 @@ def cmd_clauses(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"certify": cmd_certify, "clauses": cmd_clauses}
+def cmd_fixtures(args: argparse.Namespace) -> int:
+    from rlconform.fixtures.registry import CASES_DIR, regenerate
+
+    changed = regenerate(check=args.check)
+    verb = "would change" if args.check else "rewrote"
+    for name in changed:
+        print(f"{verb} {CASES_DIR / name}")
+    if not changed:
+        print(f"fixtures up to date in {CASES_DIR}")
+    return 1 if (args.check and changed) else 0
+
+
+COMMANDS = {"certify": cmd_certify, "clauses": cmd_clauses, "fixtures": cmd_fixtures}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

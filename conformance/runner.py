@@ -87,6 +87,13 @@ def _first_failure(exc: BaseException) -> BaseException:
     return exc
 
 
+def pinned_cases(clause: Clause) -> list[Any]:
+    """The clause's own boundary examples, then every committed fixture case of the clause."""
+    from rlconform.fixtures.registry import committed_cases
+
+    return list(clause.examples) + [c["inputs"] for c in committed_cases(clause.id)]
+
+
 def _explore(clause: Clause, ctx: CheckContext, run_profile: RunProfile, seed: int | None) -> None:
     strategy = resolve_strategy(clause, ctx.target)
     if strategy is None:
@@ -97,7 +104,7 @@ def _explore(clause: Clause, ctx: CheckContext, run_profile: RunProfile, seed: i
         check_once(clause, ctx, case)
 
     test: Callable[..., None] = given(strategy)(prop)
-    for pinned in reversed(clause.examples):
+    for pinned in reversed(pinned_cases(clause)):
         test = example(pinned)(test)
     max_examples = max(1, int(run_profile.max_examples * clause.max_examples_scale))
     test = settings(

@@ -100,3 +100,15 @@ def test_counterexample_reproducer_replays(torchref):
         replay("reward.place_last", broken, case)
     namespace["ok"] = True
     assert namespace["ok"]
+
+
+def test_committed_fixture_cases_run_as_pinned_examples():
+    from rlconform.conformance.runner import pinned_cases
+    from rlconform.fixtures.registry import committed_cases
+
+    clause = get("reward.place_last")
+    fixture_inputs = [c["inputs"] for c in committed_cases("reward.place_last")]
+    assert fixture_inputs
+    pinned = pinned_cases(clause)
+    for inputs in fixture_inputs:
+        assert inputs in pinned
