@@ -1,0 +1,70 @@
+"""Benchmark: wall time of ``rlconform certify TARGET --profile ci`` per contract area.
+
+Not a timed test. Prints, per area, the seconds spent and the ratio against a baseline
+measured in the same run (a fixed reference workload: the machine-speed unit), so that a
+figure from a slower or busier machine stays comparable. The budget (default 60 s on the
+2-core reference machine) is checked on the total.
+
+    python benchmarks/certify_time.py torchref [--budget 60] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+
+
+def reference_workload() -> float:
+    """Seconds for a fixed mix of pure-Python and small-tensor work (the baseline)."""
+    import torch
+
+    started = time.perf_counter()
+    total = 0.0
+    for i in range(300_000):
+        total += (i % 7) * 0.5
+    x = torch.ones(8, 16)
+    for _ in range(2_000):
+        x = (x * 1.0001).softmax(-1) * 16
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("target", nargs="?", default="torchref")
+    parser.add_argument("--budget", type=float, default=60.0, help="seconds allowed for the total")
+    parser.add_argument("--profile", default="ci")
+    args = parser.parse_args()
+
+    from rlconform.adapters.registry import load_target
+    from rlconform.conformance.profiles import get_run_profile
+    from rlconform.conformance.registry import load_all
+    from rlconform.conformance.runner import certify
+
+    baseline = reference_workload()
+    started = time.perf_counter()
+    target = load_target(args.target)
+    setup = time.perf_counter() - started
+    report = certify(target, list(load_all().values()), get_run_profile(args.profile))
+    per_area: dict[str, float] = defaultdict(float)
+    statuses: dict[str, list[str]] = defaultdict(list)
+    for result in report.clauses:
+        area = result.id.split(".", 1)[0]
+        per_area[area] += result.duration_s
+        statuses[area].append(result.status)
+    total = setup + sum(per_area.values())
+    print(f"baseline (reference workload): {baseline:.3f} s")
+    print(f"{'area':<12} {'clauses':>7} {'seconds':>9} {'x baseline':>11}")
+    print(f"{'(setup)':<12} {'':>7} {setup:9.2f} {setup / baseline:11.1f}")
+    for area, seconds in per_area.items():
+        print(f"{area:<12} {len(statuses[area]):>7} {seconds:9.2f} {seconds / baseline:11.1f}")
+    print(f"{'total':<12} {len(report.clauses):>7} {total:9.2f} {total / baseline:11.1f}")
+    verdict = "within" if total <= args.budget else "OVER"
+    print(
+        f"{verdict} budget: {total:.1f} s of {args.budget:.0f} s ({args.target}, profile {args.profile})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
