@@ -52,6 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     regenerate.add_argument(
         "--check", action="store_true", help="only report files that would change (exit 1)"
     )
+    docs = sub.add_parser("docs", help="render the contract reference (one page per area)")
+    docs.add_argument("--out", required=True, metavar="DIR")
+    docs.add_argument(
+        "--reports",
+        default="docs/certification",
+        metavar="DIR",
+        help="folder of committed certification JSON reports (default docs/certification)",
+    )
     return parser
 
 
@@ -133,7 +141,22 @@ def cmd_fixtures(args: argparse.Namespace) -> int:
     return 1 if (args.check and changed) else 0
 
 
-COMMANDS = {"certify": cmd_certify, "clauses": cmd_clauses, "fixtures": cmd_fixtures}
+def cmd_docs(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rlconform.conformance.docs import write
+
+    written = write(Path(args.out), Path(args.reports))
+    print(f"wrote {len(written)} pages to {args.out}")
+    return 0
+
+
+COMMANDS = {
+    "certify": cmd_certify,
+    "clauses": cmd_clauses,
+    "fixtures": cmd_fixtures,
+    "docs": cmd_docs,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
