@@ -1,0 +1,80 @@
+"""The CI templates' commands work: run the same scripts the templates run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CI = ROOT / "ci"
+
+
+def _run(script: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    bin_dir = str(Path(sys.executable).parent)
+    full_env = dict(
+        os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"], PYTHONPATH=str(ROOT)
+    )
+    full_env.pop("GITHUB_STEP_SUMMARY", None)
+    full_env.update(env)
+    return subprocess.run(
+        ["bash", str(CI / script)],
+        cwd=tmp_path,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_templates_call_the_shared_script():
+    for template in ("github-actions.yml", "gitlab-ci.yml"):
+        text = (CI / template).read_text()
+        assert "bash ci/rlconform-certify.sh" in text
+        assert "RLC_TARGET" in text
+        assert "rlc-out" in text
+
+
+def test_certify_script_passes_and_writes_reports(tmp_path):
+    summary = tmp_path / "step-summary.md"
+    run = _run(
+        "rlconform-certify.sh",
+        tmp_path,
+        RLC_TARGET="torchref",
+        RLC_ONLY="reward.*",
+        RLC_OUT="out",
+        GITHUB_STEP_SUMMARY=str(summary),
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((tmp_path / "out" / "rlc-report.json").read_text())
+    assert report["target"]["name"] == "torchref"
+    ET.parse(tmp_path / "out" / "rlc-junit.xml")
+    assert "rlconform certification: torchref" in summary.read_text()
+
+
+def test_certify_script_fails_on_a_broken_target(tmp_path):
+    run = _run(
+        "rlconform-certify.sh",
+        tmp_path,
+        RLC_TARGET="tests.engine.targets:broken_reward_target",
+        RLC_ONLY="reward.place_last",
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = json.loads((tmp_path / "rlc-out" / "rlc-report.json").read_text())
+    assert report["summary"]["fail"] == 1
+
+
+def test_certify_script_needs_a_target(tmp_path):
+    run = _run("rlconform-certify.sh", tmp_path)
+    assert run.returncode != 0
+    assert "RLC_TARGET" in run.stderr
+
+
+def test_pytest_plugin_script(tmp_path):
+    run = _run("pytest-plugin.sh", tmp_path, RLC_TARGET="torchref", RLC_ONLY="reward.place_last")
+    assert run.returncode == 0, run.stdout + run.stderr
+    junit = ET.parse(tmp_path / "rlc-out" / "rlc-pytest-junit.xml").getroot()
+    assert [c.get("name") for c in junit.iter("testcase")] == ["reward.place_last"]
