@@ -294,9 +294,12 @@ _LOSS_EXAMPLES = (
         "pad_mask": 1,
         "extra_pad": 1,
     },
-    # No valid token at all (every row a tool observation) and the empty batch.
+    # No valid token at all (a pure tool observation, an all-filtered rest) and the empty batch.
     {
-        "samples": [{"uid": "s0", "mask": [0, 0], "values": [1.0, 1.0], "keep": 1}],
+        "samples": [
+            {"uid": "s0", "mask": [0, 0], "values": [1.0, 1.0], "keep": 1},
+            {"uid": "s1", "mask": [1, 1, 1], "values": [2.0, 2.0, 2.0], "keep": 0},
+        ],
         "pad_value": -1e30,
         "pad_mask": 1,
         "extra_pad": 0,
