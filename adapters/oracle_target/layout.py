@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
+
 from rlconform.oracle import layout as oracle_layout
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+
 from rlconform.conformance.harness import pad_right, to_float_list
 from rlconform.oracle import mask as oracle_mask
 

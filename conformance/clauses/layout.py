@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
+
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.compare import assert_equal, assert_rows_equal
 from rlconform.conformance.errors import ClauseMismatch

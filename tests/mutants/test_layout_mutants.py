@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
+
 from rlconform.adapters.base import with_overrides
 from rlconform.adapters.torchref import TorchRef
-
 from tests.conftest import assert_caught, certify_one
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+
 from rlconform.adapters.base import with_overrides
 from rlconform.adapters.torchref import TorchRef
-
 from tests.conftest import assert_caught, certify_one
 
 
