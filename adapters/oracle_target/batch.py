@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 import torch
+
 from rlconform.conformance.harness import to_float_list
 from rlconform.oracle import batch as oracle_batch
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from rlconform.conformance.harness import to_float_list
 from rlconform.oracle import metrics as oracle_metrics
 

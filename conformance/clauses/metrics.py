@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
+
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.compare import assert_equal, assert_scalar_close
 from rlconform.conformance.errors import ClauseMismatch

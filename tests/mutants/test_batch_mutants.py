@@ -6,10 +6,10 @@ import copy
 import dataclasses
 
 import torch
-from rlconform.adapters.base import with_overrides
-from rlconform.adapters.torchref.batch import TorchBatch, _same_tensor
 from tensordict import TensorDict
 
+from rlconform.adapters.base import with_overrides
+from rlconform.adapters.torchref.batch import TorchBatch, _same_tensor
 from tests.conftest import assert_caught, certify_one
 
 
