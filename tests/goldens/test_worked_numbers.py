@@ -1,0 +1,131 @@
+"""Every worked number of CONTRACT.md is present, with its exact value, in a committed fixture.
+
+The expected values here are computed by hand from the contract's own statement (never read
+from the oracle); the committed JSON (``fixtures/cases/*.json``, decoded) must hold them
+under the named output key of a case of the named clause. Floats the contract writes
+rounded (1.342, 2/3) are compared with the exact expression within 1e-12 relative, plus the
+contract's rounded digits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from rlconform.fixtures.registry import committed_cases
+
+
+def nodes(value: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
+    """Every (path, value) in a decoded JSON value, containers included."""
+    yield path, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from nodes(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from nodes(item, (*path, index))
+
+
+def same(actual: Any, wanted: Any, rel: float) -> bool:
+    if isinstance(wanted, list):
+        return (
+            isinstance(actual, list)
+            and len(actual) == len(wanted)
+            and all(same(a, w, rel) for a, w in zip(actual, wanted, strict=True))
+        )
+    if wanted is None or isinstance(wanted, (bool, str)):
+        return actual == wanted
+    if isinstance(actual, bool) or not isinstance(actual, (int, float)):
+        return False
+    if isinstance(wanted, int) and rel == 0:
+        return actual == wanted and isinstance(actual, int)
+    return math.isclose(actual, wanted, rel_tol=rel, abs_tol=0.0 if rel == 0 else 1e-15)
+
+
+def found(clause: str, key: str, wanted: Any, rel: float = 0.0) -> list[str]:
+    """Names of the committed cases of ``clause`` holding ``wanted`` under an output ``key``."""
+    hits = []
+    for case in committed_cases(clause):
+        for path, value in nodes(case["expected"]):
+            if path and path[-1] == key and same(value, wanted, rel):
+                hits.append(case["name"])
+    return hits
+
+
+S = math.sqrt(1.25)  # population std of [1, 3, 2, 4]
+EPS = 1e-8
+
+# (clause, output key, value by hand, relative tolerance; 0 = bit-exact)
+WORKED = [
+    # mask.loss: 20 positions, 4 + 5 = 9 action tokens of 2.0 and 4.0 -> 28/9, not /20.
+    ("mask.loss", "padded_positions", 20, 0),
+    ("mask.loss", "valid_tokens", 9, 0),
+    ("mask.loss", "masked_mean", 28 / 9, 0),
+    # reward.normalize_batch: [1, 3, 2, 4] -> mean 2.5, std 1.118... -> [-1.342, ...].
+    ("reward.normalize_batch", "kept_mean", 2.5, 0),
+    ("reward.normalize_batch", "kept_std_ddof0", S, 1e-12),
+    (
+        "reward.normalize_batch",
+        "normalized",
+        [
+            (1 - 2.5) / (S + EPS),
+            (3 - 2.5) / (S + EPS),
+            None,
+            (2 - 2.5) / (S + EPS),
+            (4 - 2.5) / (S + EPS),
+        ],
+        1e-12,
+    ),
+    # reward.td_target: r 0.2, V 0.8, gamma 0.9 -> 0.2 (terminated) vs 0.92 (truncated).
+    ("reward.td_target", "td_targets", [0.2, 0.2 + 0.9 * 0.8], 1e-15),
+    # logprob.sampling_distribution: p = [0.8, 0.2], temperature 2 -> [2/3, 1/3]; 0.75 vs 1.25.
+    ("logprob.sampling_distribution", "sampled_distribution", [2 / 3, 1 / 3], 1e-12),
+    ("logprob.sampling_distribution", "raw_distribution", [0.8, 0.2], 1e-12),
+    ("logprob.sampling_distribution", "ratio_new_0_25_vs_behaviour", 0.75, 1e-12),
+    ("logprob.sampling_distribution", "ratio_new_0_25_vs_raw", 1.25, 1e-12),
+    # metrics.token_accounting: 64 x 8 x 2048 = 1,048,576 generated; 262,144 kept; 786,432 discarded.
+    ("metrics.token_accounting", "generated", 64 * 8 * 2048, 0),
+    ("metrics.token_accounting", "kept", 262_144, 0),
+    ("metrics.token_accounting", "discarded", 786_432, 0),
+    # batch.seqlen_balance: workload 24576 * L + L^2 (L = 60000 past int32).
+    (
+        "batch.seqlen_balance",
+        "workloads",
+        [24576 * 60_000 + 60_000**2, 24576 + 1, 24576 * 131_072 + 131_072**2, 24576 * 7 + 49],
+        0,
+    ),
+    # metrics.validation_at_n (verl's example): [1, 0, 1, 1, 0] -> mean@5 0.6, std@5 ddof 0,
+    # best@2 = 1 - 0.4^2 = 0.84.
+    ("metrics.validation_at_n", "mean@5", 0.6, 1e-15),
+    ("metrics.validation_at_n", "std@5", math.sqrt(0.24), 1e-12),
+    ("metrics.validation_at_n", "best@2/mean", 1 - 0.4**2, 1e-12),
+]
+
+
+@pytest.mark.parametrize(
+    ("clause", "key", "wanted", "rel"), WORKED, ids=[f"{c}:{k}" for c, k, *_ in WORKED]
+)
+def test_worked_number_is_in_a_committed_fixture(clause, key, wanted, rel):
+    assert found(clause, key, wanted, rel), (
+        f"no committed fixture of {clause} holds {key} = {wanted!r} (fixtures/cases/{clause}.json)"
+    )
+
+
+def test_contract_rounded_digits():
+    """The values above round to the digits CONTRACT.md prints."""
+    assert [round((x - 2.5) / (S + EPS), 3) for x in (1, 3, 2, 4)] == [-1.342, 0.447, -0.447, 1.342]
+    assert round(S, 3) == 1.118
+    assert round(0.2 + 0.9 * 0.8, 12) == 0.92
+    assert (
+        64 * 8 * 2048 == 1_048_576 and 1_048_576 // 4 == 262_144 and 1_048_576 - 262_144 == 786_432
+    )
+    assert 0.25 / (1 / 3) == pytest.approx(0.75) and 0.25 / 0.2 == pytest.approx(1.25)
+
+
+def test_the_search_is_not_blind():
+    assert not found("mask.loss", "masked_mean", 28 / 20)
+    assert not found("metrics.token_accounting", "kept", 262_145)
+    assert not found("reward.td_target", "td_targets", [0.2, 0.9])
