@@ -64,6 +64,7 @@ WORKED = [
     ("mask.loss", "padded_positions", 20, 0),
     ("mask.loss", "valid_tokens", 9, 0),
     ("mask.loss", "masked_mean", 28 / 9, 0),
+    ("agg.token_mean", "value", 28 / 9, 0),
     # reward.normalize_batch: [1, 3, 2, 4] -> mean 2.5, std 1.118... -> [-1.342, ...].
     ("reward.normalize_batch", "kept_mean", 2.5, 0),
     ("reward.normalize_batch", "kept_std_ddof0", S, 1e-12),
