@@ -390,7 +390,8 @@ def grpo_passk(
 def gpg_alpha(scores: Sequence[float], groups: Sequence[object], alpha_rule: str) -> float:
     """adv.gpg: alpha = B / max(B_valid, 1), B the batch size, B_valid by ``alpha_rule``:
     ``"informative"`` (GPG paper) the samples of groups with at least two distinct
-    scores; ``"nonzero_score"`` (verl) the samples whose score is not 0; ``"one"``: B."""
+    scores; ``"nonzero_score"`` (verl) the samples whose score is not 0; ``"one"``
+    gives alpha = 1."""
     if alpha_rule == "informative":
         members_of = group_members(groups).values()
         valid = sum(len(ms) for ms in members_of if len({scores[j] for j in ms}) > 1)
