@@ -58,6 +58,8 @@ def found(clause: str, key: str, wanted: Any, rel: float = 0.0) -> list[str]:
 S = math.sqrt(1.25)  # population std of [1, 3, 2, 4]
 EPS = 1e-8
 
+D = 1.00001 - 1.0  # the gap of the nearly-equal rewards, as float64 holds it
+
 # (clause, output key, value by hand, relative tolerance; 0 = bit-exact)
 WORKED = [
     # mask.loss: 20 positions, 4 + 5 = 9 action tokens of 2.0 and 4.0 -> 28/9, not /20.
@@ -98,6 +100,22 @@ WORKED = [
         [24576 * 60_000 + 60_000**2, 24576 + 1, 24576 * 131_072 + 131_072**2, 24576 * 7 + 49],
         0,
     ),
+    # adv.grpo (CONTRACT §4): scores 1.0 vs 1.00001, std ddof 1, eps 1e-6 -> +-0.62; a group
+    # of one (verl: mean 0, std 1) -> score / (1 + eps).
+    (
+        "adv.grpo",
+        "advantages",
+        [
+            [-(D / 2) / (D / math.sqrt(2) + 1e-6)] * 2,
+            [(D / 2) / (D / math.sqrt(2) + 1e-6)] * 3,
+            [3 / (1 + 1e-6)],
+        ],
+        1e-9,
+    ),
+    # adv.rloo: A_i = n/(n-1) (score_i - mean) = score_i - mean of the others.
+    ("adv.rloo", "advantages", [[1.5 * (1 - 0.5)], [1.5 * (0 - 0.5)] * 2, [0.0]], 0),
+    # adv.grpo with norm_by_std off (Dr. GRPO): score - group mean.
+    ("adv.grpo", "advantages", [[0.0] * 3, [0.5] * 2, [0.0], [-0.5, -0.5, 0.0], [0.0] * 2], 0),
     # metrics.validation_at_n (verl's example): [1, 0, 1, 1, 0] -> mean@5 0.6, std@5 ddof 0,
     # best@2 = 1 - 0.4^2 = 0.84.
     ("metrics.validation_at_n", "mean@5", 0.6, 1e-15),
@@ -124,6 +142,7 @@ def test_contract_rounded_digits():
         64 * 8 * 2048 == 1_048_576 and 1_048_576 // 4 == 262_144 and 1_048_576 - 262_144 == 786_432
     )
     assert 0.25 / (1 / 3) == pytest.approx(0.75) and 0.25 / 0.2 == pytest.approx(1.25)
+    assert round((D / 2) / (D / math.sqrt(2) + 1e-6), 2) == 0.62
 
 
 def test_the_search_is_not_blind():
