@@ -78,3 +78,43 @@ def test_pytest_plugin_script(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     junit = ET.parse(tmp_path / "rlc-out" / "rlc-pytest-junit.xml").getroot()
     assert [c.get("name") for c in junit.iter("testcase")] == ["reward.place_last"]
+
+
+def _yaml(name: str) -> dict:
+    yaml = __import__("pytest").importorskip("yaml")
+    return yaml.safe_load((CI / name).read_text())
+
+
+def test_github_workflow_wires_reports_to_the_script_outputs():
+    workflow = _yaml("github-actions.yml")
+    job = workflow["jobs"]["certify"]
+    out = job["env"]["RLC_OUT"]
+    steps = {step.get("name"): step for step in job["steps"]}
+    assert (
+        steps["Certify the postprocess contract"]["run"].strip() == "bash ci/rlconform-certify.sh"
+    )
+    upload = steps["Upload reports"]
+    assert upload["if"] == "always()" and upload["with"]["path"].rstrip("/") == out
+    junit = steps["Publish JUnit"]
+    assert junit["if"] == "always()" and junit["with"]["report_paths"] == f"{out}/rlc-junit.xml"
+
+
+def test_gitlab_job_wires_reports_to_the_script_outputs():
+    job = _yaml("gitlab-ci.yml")["rlconform"]
+    out = job["variables"]["RLC_OUT"]
+    assert "bash ci/rlconform-certify.sh" in job["script"]
+    assert job["artifacts"]["when"] == "always"
+    assert job["artifacts"]["paths"] == [f"{out}/"]
+    assert job["artifacts"]["reports"]["junit"] == f"{out}/rlc-junit.xml"
+
+
+def test_script_writes_the_files_the_templates_publish(tmp_path):
+    run = _run(
+        "rlconform-certify.sh", tmp_path, RLC_TARGET="oracle", RLC_ONLY="mask.loss", RLC_OUT="x"
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == [
+        "rlc-junit.xml",
+        "rlc-report.json",
+        "rlc-summary.md",
+    ]
