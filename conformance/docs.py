@@ -245,6 +245,20 @@ def _clause_section(clause: Clause, cases: list[Any], reports: list, formulas: d
     return lines
 
 
+def _module_notes(clauses: list[Clause]) -> list[str]:
+    """The clause modules' docstrings: operations, profile keys and tolerances of the area."""
+    docs: list[str] = []
+    for clause in clauses:
+        module = inspect.getmodule(clause.check)
+        doc = inspect.getdoc(module) if module is not None else None
+        if doc and doc not in docs and "\n" in doc.strip():
+            docs.append(doc)
+    lines: list[str] = []
+    for doc in docs:
+        lines += ["## How the checks work", "", "```text", doc, "```", ""]
+    return lines
+
+
 def render(report_dir: Path) -> dict[str, str]:
     """Page name -> Markdown text."""
     from rlconform.fixtures.registry import build_all
@@ -278,6 +292,7 @@ def render(report_dir: Path) -> dict[str, str]:
         index.append(f"| [{area}]({area}.md) | {links} | {n_cases} |")
         page = [f"# Area `{area}`", "", "[index](index.md)", ""]
         page += [f"- [`{c.id}`](#{c.id}) — {c.title}" for c in in_area] + [""]
+        page += _module_notes(in_area)
         for clause in in_area:
             page += _clause_section(clause, cases_by_clause.get(clause.id, []), reports, formulas)
         pages[f"{area}.md"] = "\n".join(page).rstrip() + "\n"
