@@ -1,0 +1,56 @@
+"""verl 0.9.1: its legitimate parameters (profile) and where it breaks the contract
+(deviations, clause id -> one-line rationale). Every deviation must be observed in a run."""
+
+from __future__ import annotations
+
+from rlconform.adapters.base import Profile
+
+PROFILE = Profile(
+    name="verl-0.9.1",
+    dtype="float32",
+    grpo_std_ddof=1,
+    grpo_eps=1e-6,
+    grpo_singleton="mean0_std1",
+    rloo_singleton="score",
+    kl_ref_clamp=20.0,
+    k3_value_clamp=10.0,
+    reward_nonaction_tail="last_token",
+    extra={
+        # mask.loss: verl_F.masked_mean of an empty mask is 0 / (0 + 1e-8) = 0.
+        "masked_mean_empty": 0.0,
+        # batch.union / batch.row_ops: DataProto.union and DataProto.reorder work in place.
+        "batch_union_in_place": True,
+        "batch_reorder_in_place": True,
+        # batch.row_ops: DataProto.chunk refuses uneven chunks unless auto-padding is on.
+        "batch_chunk_uneven": "error",
+        # metrics.validation_at_n: 1000 bootstrap draws, first-seen majority ties.
+        "validation_n_bootstrap": 1000,
+        "validation_maj_tie": "first_seen",
+    },
+)
+
+DEVIATIONS: dict[str, str] = {
+    "reward.place_last": (
+        "assemble_rm_scores puts the score at index L-1 even when L = 0, i.e. at column -1 "
+        "(the last padded column, response_mask 0), where outcome sums still read it"
+    ),
+    "mask.response_from_attention": (
+        "compute_response_mask slices attention_mask[:, -R:] without checking the layout: a "
+        "right-padded prompt or holed response is read as a response mask, and R = 0 returns "
+        "the whole attention mask"
+    ),
+    "batch.union": (
+        "DataProto.union compares shared tensors with torch.equal (a NaN-holding key never "
+        "equals itself) and adds the new tensor keys before checking non-tensor and meta "
+        "conflicts, so a failed union leaves a half-merged first batch"
+    ),
+    "batch.row_ops": (
+        "DataProto.repeat(interleave=False) crashes on a zero-width per-sample tensor "
+        "(reshape(-1, 0) is ambiguous) instead of tiling its rows"
+    ),
+    "batch.seqlen_balance": (
+        "get_seqlen_balanced_partitions (Karmarkar-Karp) can return parts with a larger "
+        "maximum workload than the input order's contiguous parts (e.g. lengths [2,2,2,3,3] "
+        "into 2 unequal parts), where the contract asks for no worse than the input order"
+    ),
+}

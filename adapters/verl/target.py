@@ -1,0 +1,28 @@
+"""The verl target: one binding mixin per contract area, composed over verl's functions."""
+
+from __future__ import annotations
+
+from rlconform.adapters.base import Target
+from rlconform.adapters.verl.batch import BatchOps
+from rlconform.adapters.verl.manifest import DEVIATIONS, PROFILE
+from rlconform.adapters.verl.mask import MaskOps
+from rlconform.adapters.verl.metrics import MetricsOps
+from rlconform.adapters.verl.reward import RewardOps
+
+
+class VerlTarget(
+    MaskOps,
+    RewardOps,
+    BatchOps,
+    MetricsOps,
+    Target,
+):
+    """verl's own postprocess functions behind the canonical padded layout."""
+
+    name = "verl"
+
+    def __init__(self, device: str = "cpu", version: str = "0.9.1"):
+        self.device = device
+        self.version = version
+        self.profile = PROFILE
+        self.deviations = dict(DEVIATIONS)
