@@ -80,10 +80,12 @@ def with_overrides(target: Target, name: str | None = None, **ops: Callable[...,
             namespace[op_name] = None
         else:
             namespace[op_name] = _bind_override(fn)
+    namespace["__reduce__"] = _reduce_variant
     variant_cls = type(f"{base_cls.__name__}Variant", (base_cls,), namespace)
     variant = object.__new__(variant_cls)
     variant.__dict__.update(target.__dict__)
     variant._original = target
+    variant._overrides = (name, dict(ops))
     if name is not None:
         variant.name = name
     return variant
@@ -95,3 +97,13 @@ def _bind_override(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     method.__name__ = getattr(fn, "__name__", "override")
     return method
+
+
+def _reduce_variant(self: Target) -> tuple[Any, ...]:
+    """Pickle a ``with_overrides`` variant as its recipe (for spawned gloo workers)."""
+    name, ops = self._overrides
+    return (_rebuild_variant, (self._original, name, ops))
+
+
+def _rebuild_variant(target: Target, name: str | None, ops: dict[str, Any]) -> Target:
+    return with_overrides(target, name, **ops)

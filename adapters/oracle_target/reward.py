@@ -8,20 +8,80 @@ from rlconform.conformance.harness import pad_right, to_float_list
 from rlconform.oracle import reward as oracle_reward
 
 
+def _lengths(response_mask: torch.Tensor) -> list[int]:
+    return [int(n) for n in response_mask.sum(-1).tolist()]
+
+
+def _loss_masks(loss_mask: torch.Tensor, lengths: list[int]) -> list[list[int]]:
+    return [[int(m) for m in row[:n]] for row, n in zip(loss_mask.tolist(), lengths, strict=True)]
+
+
 class RewardOps:
     """`reward` operations that delegate to `rlconform.oracle.reward`."""
 
     def place_reward_last(
         self, scores: torch.Tensor, response_mask: torch.Tensor, loss_mask: torch.Tensor
     ) -> torch.Tensor:
-        lengths = [int(n) for n in response_mask.sum(-1).tolist()]
-        masks = [[int(m) for m in row[:n]] for row, n in zip(loss_mask.tolist(), lengths)]
+        masks = _loss_masks(loss_mask, _lengths(response_mask))
         rows = [
             oracle_reward.place_reward_last(
                 s, m, nonaction_tail=self.profile.reward_nonaction_tail
             )[0]
-            for s, m in zip(to_float_list(scores), masks)
+            for s, m in zip(to_float_list(scores), masks, strict=True)
         ]
         return pad_right(
             rows, width=response_mask.shape[-1], dtype=scores.dtype, device=scores.device
         )
+
+    def place_reward_uniform(
+        self, scores: torch.Tensor, response_mask: torch.Tensor, loss_mask: torch.Tensor
+    ) -> torch.Tensor:
+        masks = _loss_masks(loss_mask, _lengths(response_mask))
+        rows = [
+            oracle_reward.place_reward_uniform(s, m)
+            for s, m in zip(to_float_list(scores), masks, strict=True)
+        ]
+        return pad_right(
+            rows, width=response_mask.shape[-1], dtype=scores.dtype, device=scores.device
+        )
+
+    def place_reward_discounted(
+        self, scores: torch.Tensor, response_mask: torch.Tensor, gamma: float
+    ) -> torch.Tensor:
+        rows = [
+            oracle_reward.place_reward_discounted(s, n, gamma)
+            for s, n in zip(to_float_list(scores), _lengths(response_mask), strict=True)
+        ]
+        return pad_right(
+            rows, width=response_mask.shape[-1], dtype=scores.dtype, device=scores.device
+        )
+
+    def normalize_rewards(self, scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        normalized = oracle_reward.normalize_rewards(
+            to_float_list(scores),
+            [bool(k) for k in keep.tolist()],
+            ddof=self.profile.get("reward_norm_std_ddof", 0),
+            eps=self.profile.get("reward_norm_eps", 1e-8),
+        )
+        values = [0.0 if x is None else x for x in normalized]
+        return torch.tensor(values, dtype=scores.dtype, device=scores.device)
+
+    def td_targets(
+        self,
+        scores: torch.Tensor,
+        values: torch.Tensor,
+        response_mask: torch.Tensor,
+        truncated: torch.Tensor,
+        gamma: float,
+    ) -> torch.Tensor:
+        targets = [
+            oracle_reward.td_target(r, row[:n], bool(cut), gamma)
+            for r, row, n, cut in zip(
+                to_float_list(scores),
+                to_float_list(values),
+                _lengths(response_mask),
+                truncated.tolist(),
+                strict=True,
+            )
+        ]
+        return torch.tensor(targets, dtype=scores.dtype, device=scores.device)

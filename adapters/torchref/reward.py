@@ -23,3 +23,65 @@ class RewardOps:
         last = torch.where(carrier.bool(), columns, torch.full_like(columns, -1)).amax(dim=-1)
         placed = (columns == last.unsqueeze(-1)) & (last.unsqueeze(-1) >= 0)
         return torch.where(placed, scores.to(torch.float64).unsqueeze(-1), 0.0).to(scores.dtype)
+
+    def place_reward_uniform(
+        self, scores: torch.Tensor, response_mask: torch.Tensor, loss_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """reward.place_uniform: r / L_i on each action token of (B, T); 0 elsewhere."""
+        lengths = response_mask.sum(dim=-1, keepdim=True).clamp(min=1)
+        share = scores.unsqueeze(-1) / lengths.to(scores.dtype)
+        actions = (loss_mask * response_mask).bool()
+        return torch.where(actions, share, 0.0)
+
+    def place_reward_discounted(
+        self, scores: torch.Tensor, response_mask: torch.Tensor, gamma: float
+    ) -> torch.Tensor:
+        """reward.place_discounted: r g^(L_i-1-t) / sum_k g^(L_i-1-k) on (B, T); sum = r."""
+        valid = response_mask.bool()
+        columns = torch.arange(response_mask.shape[-1], device=response_mask.device)
+        steps_to_end = (response_mask.sum(dim=-1, keepdim=True) - 1 - columns).clamp(min=0)
+        base = torch.full_like(scores, gamma).unsqueeze(-1)
+        weights = torch.where(valid, base.pow(steps_to_end.to(scores.dtype)), 0.0)
+        total = weights.sum(dim=-1, keepdim=True)
+        placed = scores.unsqueeze(-1) * weights / torch.where(total > 0, total, 1.0)
+        return torch.where(valid, placed, 0.0)
+
+    def normalize_rewards(self, scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """reward.normalize_batch: (B,) (r - mean) / (std + eps) over kept rows; dropped -> 0.
+
+        Two passes (mean, then the mean squared deviation), never E[x^2] - mean^2, which
+        cancels catastrophically on nearly equal rewards. Profile keys
+        ``reward_norm_std_ddof`` (contract 0) and ``reward_norm_eps`` (contract 1e-8).
+        """
+        ddof = self.profile.get("reward_norm_std_ddof", 0)
+        eps = self.profile.get("reward_norm_eps", 1e-8)
+        kept = keep.bool()
+        if kept.numel() == 0:
+            return torch.zeros_like(scores)
+        count = kept.sum()
+        values = torch.where(kept, scores, 0.0)
+        mean = values.sum() / count.clamp(min=1)
+        deviation = torch.where(kept, scores - mean, 0.0)
+        std = ((deviation**2).sum() / (count - ddof).clamp(min=1)).sqrt()
+        highest = torch.where(kept, scores, float("-inf")).amax()
+        lowest = torch.where(kept, scores, float("inf")).amin()
+        # All-equal kept rewards: exactly 0, not a rounding residue divided by ~0.
+        spread = kept & (highest != lowest)
+        return torch.where(spread, deviation / (std + eps), 0.0)
+
+    def td_targets(
+        self,
+        scores: torch.Tensor,
+        values: torch.Tensor,
+        response_mask: torch.Tensor,
+        truncated: torch.Tensor,
+        gamma: float,
+    ) -> torch.Tensor:
+        """reward.td_target: (B,) r, plus gamma * values[i, L_i - 1] when truncated."""
+        lengths = response_mask.sum(dim=-1)
+        if values.shape[-1] == 0:
+            return scores.clone()
+        last = (lengths - 1).clamp(min=0).unsqueeze(-1)
+        last_value = values.gather(-1, last).squeeze(-1)
+        bootstrap = truncated.bool() & (lengths > 0)
+        return torch.where(bootstrap, scores + gamma * last_value, scores)

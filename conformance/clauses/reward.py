@@ -1,16 +1,30 @@
-"""Clauses of the CONTRACT area `reward`."""
+"""Clauses of the CONTRACT area `reward`.
+
+Inputs are handed to the oracle as the target received them (rounded to its dtype), so
+rounding of the case itself is never counted as the implementation's error.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import torch
 from hypothesis import strategies as st
 
 from rlconform.conformance import strategies as cs
-from rlconform.conformance.compare import assert_rows_close
-from rlconform.conformance.harness import assert_padding_zero, pad_right, right_mask, unpad_right
+from rlconform.conformance.compare import assert_equal, assert_rows_close
+from rlconform.conformance.harness import (
+    assert_padding_zero,
+    pad_right,
+    right_mask,
+    to_float_list,
+    unpad_right,
+)
 from rlconform.conformance.registry import clause
 from rlconform.oracle import reward as oracle
+
+NAN = float("nan")
 
 _PLACE_EXAMPLES = (
     # L_i = 0 next to a full-length row: verl writes the reward into column -1 (padding).
@@ -80,4 +94,385 @@ def check_place_last(ctx: Any, case: dict[str, Any]) -> None:
         unpad_right(placed, lengths),
         uids=uids,
         tolerance=ctx.tolerance,
+    )
+
+
+def _scores(ctx: Any, rewards: list[float]) -> tuple[torch.Tensor, list[float]]:
+    """(B,) scores in the target dtype, and the float64 values the target received."""
+    scores = pad_right([[r] for r in rewards], width=1, dtype=ctx.dtype, device=ctx.device)[:, 0]
+    return scores, to_float_list(scores)
+
+
+# ---------------------------------------------------------------------------------------
+# reward.place_uniform
+
+_UNIFORM_EXAMPLES = (
+    # Uneven lengths with extra padding (dividing by the width T is wrong), L_i = 0.
+    {
+        "samples": [
+            {"uid": "s0", "mask": [1, 1], "reward": 1.0},
+            {"uid": "s1", "mask": [1, 1, 1, 1], "reward": -2.0},
+            {"uid": "s2", "mask": [], "reward": 3.0},
+        ],
+        "pad_value": 0.0,
+        "extra_pad": 2,
+    },
+    # A tool observation in the middle: r / L_i on the 3 action tokens of L_i = 4.
+    {
+        "samples": [{"uid": "s0", "mask": [1, 0, 1, 1], "reward": 2.0}],
+        "pad_value": 0.0,
+        "extra_pad": 0,
+    },
+)
+
+
+@clause(
+    "reward.place_uniform",
+    title="Sequence reward spread uniformly over the response",
+    statement="""r / L_i on each action token; 0 on mask-0 tokens and on padding. L_i is the
+    response length, so a response with mask holes sums to r * (action tokens) / L_i.""",
+    ops=("place_reward_uniform",),
+    strategy=_place_case(),
+    examples=_UNIFORM_EXAMPLES,
+)
+def check_place_uniform(ctx: Any, case: dict[str, Any]) -> None:
+    """Op ``place_reward_uniform(scores (B,), response_mask (B,T), loss_mask (B,T)) -> (B,T)``."""
+    samples = case["samples"]
+    lengths = cs.lengths_of(case)
+    uids = cs.uids_of(case)
+    width = cs.width_of_case(case)
+    scores, received = _scores(ctx, [s["reward"] for s in samples])
+    expected = [
+        oracle.place_reward_uniform(r, s["mask"], uid=s["uid"])
+        for r, s in zip(received, samples, strict=True)
+    ]
+    response_mask = right_mask(lengths, width, ctx.device)
+    loss_mask = pad_right(
+        [s["mask"] for s in samples], width=width, dtype=response_mask.dtype, device=ctx.device
+    )
+    placed = ctx.call("place_reward_uniform", scores, response_mask, loss_mask)
+    assert_padding_zero("reward.place_uniform", "token_level_scores", placed, lengths, uids)
+    assert_rows_close(
+        "reward.place_uniform",
+        "token_level_scores",
+        expected,
+        unpad_right(placed, lengths),
+        uids=uids,
+        tolerance=ctx.tolerance,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# reward.place_discounted
+
+_GAMMAS = (1.0, 0.99, 0.9, 0.5, 0.0)
+
+
+@st.composite
+def _discounted_case(draw: Any) -> dict[str, Any]:
+    case = draw(cs.token_batch(fields=(), with_rewards=True, holes=False))
+    case["gamma"] = draw(st.sampled_from(_GAMMAS))
+    return case
+
+
+_DISCOUNTED_EXAMPLES = (
+    # g = 0.5, L = 3 next to L = 1 with extra padding: weights 1/7, 2/7, 4/7 counted from L_i,
+    # not from the padded width; L_i = 0 gives an empty row.
+    {
+        "samples": [
+            {"uid": "s0", "mask": [1, 1, 1], "reward": 7.0},
+            {"uid": "s1", "mask": [1], "reward": -1.0},
+            {"uid": "s2", "mask": [], "reward": 2.0},
+        ],
+        "pad_value": 0.0,
+        "extra_pad": 2,
+        "gamma": 0.5,
+    },
+    # g = 0: everything on the last response token; g = 1: uniform r / L_i.
+    {
+        "samples": [{"uid": "s0", "mask": [1, 1, 1, 1], "reward": 2.0}],
+        "pad_value": 0.0,
+        "extra_pad": 1,
+        "gamma": 0.0,
+    },
+    {
+        "samples": [{"uid": "s0", "mask": [1, 1, 1, 1], "reward": 2.0}],
+        "pad_value": 0.0,
+        "extra_pad": 0,
+        "gamma": 1.0,
+    },
+)
+
+
+@clause(
+    "reward.place_discounted",
+    title="Sequence reward spread with a discount towards the end",
+    statement="""Token t gets r * g^(L_i-1-t) / sum_k g^(L_i-1-k), t and k over the L_i response
+    tokens; each row sums to r; padding is 0.""",
+    ops=("place_reward_discounted",),
+    strategy=_discounted_case(),
+    examples=_DISCOUNTED_EXAMPLES,
+)
+def check_place_discounted(ctx: Any, case: dict[str, Any]) -> None:
+    """Op ``place_reward_discounted(scores (B,), response_mask (B,T), gamma) -> (B,T)``."""
+    samples = case["samples"]
+    lengths = cs.lengths_of(case)
+    uids = cs.uids_of(case)
+    width = cs.width_of_case(case)
+    gamma = case["gamma"]
+    scores, received = _scores(ctx, [s["reward"] for s in samples])
+    expected = [
+        oracle.place_reward_discounted(r, n, gamma, uid=u)
+        for r, n, u in zip(received, lengths, uids, strict=True)
+    ]
+    response_mask = right_mask(lengths, width, ctx.device)
+    placed = ctx.call("place_reward_discounted", scores, response_mask, gamma)
+    assert_padding_zero("reward.place_discounted", "token_level_scores", placed, lengths, uids)
+    assert_rows_close(
+        "reward.place_discounted",
+        "token_level_scores",
+        expected,
+        unpad_right(placed, lengths),
+        uids=uids,
+        tolerance=ctx.tolerance,
+        scale=[[r] * n for r, n in zip(received, lengths, strict=True)],
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# reward.normalize_batch
+#
+# Conditioning. Two-pass (x - mean) / (std + eps) in a working precision with unit roundoff
+# u rounds the mean by about u * max|x| (a sum of <= 5 terms, then a division); x - mean is
+# then exact when x and mean are close (Sterbenz), and that error reaches the output divided
+# by std + eps, while std itself changes only to second order. So the allowed error is
+# NORMALIZE_K * u * (max_k |x_k| + |mean|) / (std + eps) on top of CONTRACT §4's rtol/atol.
+# On rewards like [1.0, 1.00001, 1.0, 1.0] in float32 (std ~4e-6) that allows ~0.05, while
+# E[x^2] - mean^2 leaves a variance of a few u (or 0, or negative): outputs off by ~1.
+NORMALIZE_K = 4.0
+
+
+@st.composite
+def _normalize_case(draw: Any) -> dict[str, Any]:
+    n = draw(st.integers(0, 5))
+    rewards = draw(cs.rewards(n))
+    keep = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    pad = draw(cs.pad_values())
+    samples = [
+        {"uid": f"s{i}", "reward": r if k else pad, "kept": k}
+        for i, (r, k) in enumerate(zip(rewards, keep, strict=True))
+    ]
+    return {"samples": samples}
+
+
+_NORMALIZE_EXAMPLES = (
+    # CONTRACT worked example: [1, 3, 2, 4] -> [-1.342, 0.447, -0.447, 1.342]; a dropped
+    # sample with a NaN reward next to them must not enter mean or std.
+    {
+        "samples": [
+            {"uid": "s0", "reward": 1.0, "kept": True},
+            {"uid": "s1", "reward": 3.0, "kept": True},
+            {"uid": "drop", "reward": NAN, "kept": False},
+            {"uid": "s2", "reward": 2.0, "kept": True},
+            {"uid": "s3", "reward": 4.0, "kept": True},
+        ]
+    },
+    # Nearly equal rewards (1.0 vs 1.00001): E[x^2] - mean^2 cancels in float32.
+    {
+        "samples": [
+            {"uid": "s0", "reward": 1.0, "kept": True},
+            {"uid": "s1", "reward": 1.00001, "kept": True},
+            {"uid": "s2", "reward": 1.0, "kept": True},
+            {"uid": "s3", "reward": 1.0, "kept": True},
+        ]
+    },
+    {
+        "samples": [
+            {"uid": "s0", "reward": 1.00001, "kept": True},
+            {"uid": "s1", "reward": 1.0, "kept": True},
+            {"uid": "s2", "reward": 1.00001, "kept": True},
+            {"uid": "s3", "reward": 1.0, "kept": True},
+            {"uid": "s4", "reward": 1.00001, "kept": True},
+        ]
+    },
+    # All equal (not exactly representable in binary, so a rounded mean differs from them):
+    # exactly 0, never a rounding residue divided by ~0. A dropped outlier is ignored.
+    {
+        "samples": [
+            {"uid": "s0", "reward": 0.1, "kept": True},
+            {"uid": "s1", "reward": 0.1, "kept": True},
+            {"uid": "s2", "reward": 0.1, "kept": True},
+            {"uid": "drop", "reward": 7.5, "kept": False},
+        ]
+    },
+    # A single kept sample, and the empty batch.
+    {
+        "samples": [
+            {"uid": "s0", "reward": 2.5, "kept": True},
+            {"uid": "drop", "reward": float("inf"), "kept": False},
+        ]
+    },
+    {"samples": []},
+)
+
+
+@clause(
+    "reward.normalize_batch",
+    title="Batch reward normalisation over kept samples",
+    statement="""(r - mean) / (std + eps) over kept samples, population std (ddof 0), eps 1e-8;
+    all-equal rewards give all zeros (never divide by ~0). Dropped samples take no part in
+    the statistics and their outputs are ignored. Worked: [1, 3, 2, 4] -> mean 2.5, std
+    1.118..., -> [-1.342, 0.447, -0.447, 1.342].""",
+    ops=("normalize_rewards",),
+    strategy=_normalize_case(),
+    examples=_NORMALIZE_EXAMPLES,
+)
+def check_normalize_batch(ctx: Any, case: dict[str, Any]) -> None:
+    """Op ``normalize_rewards(scores (B,), keep (B,) bool) -> (B,)``. Profile keys
+    ``reward_norm_std_ddof`` (contract 0) and ``reward_norm_eps`` (contract 1e-8). Allowed
+    error: see ``NORMALIZE_K`` above; all-equal kept rewards must come out within atol of 0."""
+    samples = case["samples"]
+    ddof = ctx.profile.get("reward_norm_std_ddof", 0)
+    eps = ctx.profile.get("reward_norm_eps", 1e-8)
+    scores, received = _scores(ctx, [s["reward"] for s in samples])
+    keep_flags = [bool(s["kept"]) for s in samples]
+    keep = torch.tensor(keep_flags, dtype=torch.bool, device=ctx.device)
+    expected = oracle.normalize_rewards(
+        received, keep_flags, ddof=ddof, eps=eps, uids=[s["uid"] for s in samples]
+    )
+    actual = to_float_list(ctx.call("normalize_rewards", scores, keep))
+    if len(actual) != len(samples):
+        assert_equal("reward.normalize_batch", "number of outputs", len(samples), len(actual))
+    kept = [i for i, k in enumerate(keep_flags) if k]
+    kept_values = [received[i] for i in kept]
+    if len(set(kept_values)) > 1:
+        mean = math.fsum(kept_values) / len(kept_values)
+        dof = max(len(kept_values) - ddof, 1)
+        std = math.sqrt(math.fsum((x - mean) ** 2 for x in kept_values) / dof)
+        conditioning = (max(abs(x) for x in kept_values) + abs(mean)) / (std + eps)
+    else:
+        conditioning = 0.0
+    assert_rows_close(
+        "reward.normalize_batch",
+        "normalized rewards",
+        [[expected[i]] for i in kept],
+        [[actual[i]] for i in kept],
+        uids=[samples[i]["uid"] for i in kept],
+        tolerance=ctx.tolerance,
+        scale=[[conditioning] for _ in kept],
+        k=NORMALIZE_K,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# reward.td_target
+
+_TD_GAMMAS = (0.9, 1.0, 0.5, 0.0)
+
+
+@st.composite
+def _td_case(draw: Any) -> dict[str, Any]:
+    case = draw(cs.token_batch(fields=("values",), with_rewards=True, holes=False))
+    for sample in case["samples"]:
+        # A truncated trajectory has at least one state to bootstrap from.
+        sample["truncated"] = bool(sample["mask"]) and draw(st.booleans())
+    case["gamma"] = draw(st.sampled_from(_TD_GAMMAS))
+    return case
+
+
+_TD_EXAMPLES = (
+    # CONTRACT worked example: r 0.2, V(last) 0.8, gamma 0.9 -> terminated 0.2, truncated 0.92.
+    {
+        "samples": [
+            {
+                "uid": "terminated",
+                "mask": [1, 1],
+                "values": [0.5, 0.8],
+                "reward": 0.2,
+                "truncated": False,
+            },
+            {
+                "uid": "truncated",
+                "mask": [1, 1],
+                "values": [0.5, 0.8],
+                "reward": 0.2,
+                "truncated": True,
+            },
+        ],
+        "pad_value": 0.0,
+        "extra_pad": 0,
+        "gamma": 0.9,
+    },
+    # The bootstrap is the truncated row's own last value (0.8 at L_i - 1), not the next
+    # row's first value (-3.0), not the padded last column (NaN); L_i = 0 terminated row.
+    {
+        "samples": [
+            {"uid": "s0", "mask": [1, 1], "values": [0.1, 0.8], "reward": 0.2, "truncated": True},
+            {
+                "uid": "s1",
+                "mask": [1, 1, 1],
+                "values": [-3.0, 0.4, 2.0],
+                "reward": 1.0,
+                "truncated": False,
+            },
+            {"uid": "s2", "mask": [], "values": [], "reward": -1.0, "truncated": False},
+            {"uid": "s3", "mask": [1], "values": [1.5], "reward": 0.0, "truncated": True},
+        ],
+        "pad_value": NAN,
+        "extra_pad": 1,
+        "gamma": 0.9,
+    },
+)
+
+
+@clause(
+    "reward.td_target",
+    title="TD target: bootstrap only truncated trajectories, from their own last state",
+    statement="""Terminated: target = r; truncated by the collector (task could continue):
+    target = r + gamma * V(last real state), the value at index L_i - 1 of the same
+    trajectory, never the next episode's first. Worked: r 0.2, V 0.8, gamma 0.9 -> 0.2 vs
+    0.92.""",
+    ops=("td_targets",),
+    strategy=_td_case(),
+    examples=_TD_EXAMPLES,
+)
+def check_td_target(ctx: Any, case: dict[str, Any]) -> None:
+    """Op ``td_targets(scores (B,), values (B,T), response_mask (B,T), truncated (B,) bool,
+    gamma) -> (B,)``; values right-padded (padding may be NaN/inf/garbage)."""
+    samples = case["samples"]
+    lengths = cs.lengths_of(case)
+    uids = cs.uids_of(case)
+    width = cs.width_of_case(case)
+    gamma = case["gamma"]
+    scores, rewards = _scores(ctx, [s["reward"] for s in samples])
+    values = pad_right(
+        [s["values"] for s in samples],
+        width=width,
+        fill=case["pad_value"],
+        dtype=ctx.dtype,
+        device=ctx.device,
+    )
+    received = unpad_right(values, lengths)
+    truncated_flags = [bool(s["truncated"]) for s in samples]
+    truncated = torch.tensor(truncated_flags, dtype=torch.bool, device=ctx.device)
+    expected = [
+        oracle.td_target(r, v, cut, gamma, uid=u)
+        for r, v, cut, u in zip(rewards, received, truncated_flags, uids, strict=True)
+    ]
+    scale = [
+        abs(r) + (abs(gamma * v[-1]) if cut else 0.0)
+        for r, v, cut in zip(rewards, received, truncated_flags, strict=True)
+    ]
+    response_mask = right_mask(lengths, width, ctx.device)
+    actual = to_float_list(ctx.call("td_targets", scores, values, response_mask, truncated, gamma))
+    if len(actual) != len(samples):
+        assert_equal("reward.td_target", "number of targets", len(samples), len(actual))
+    assert_rows_close(
+        "reward.td_target",
+        "TD targets",
+        [[e] for e in expected],
+        [[a] for a in actual],
+        uids=uids,
+        tolerance=ctx.tolerance,
+        scale=[[x] for x in scale],
     )
