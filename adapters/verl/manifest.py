@@ -39,6 +39,32 @@ DEVIATIONS: dict[str, str] = {
         "right-padded prompt or holed response is read as a response mask, and R = 0 returns "
         "the whole attention mask"
     ),
+    "agg.token_mean": (
+        "agg_loss divides by the batch's token count without a guard, so a mini-batch with no "
+        "action token (all filtered) gives a NaN loss and NaN gradients instead of 0"
+    ),
+    "agg.seq_mean_token_sum": (
+        "the seq-mean modes multiply loss_mat * loss_mask instead of selecting, so NaN/inf at "
+        "masked or padded positions leaks into the loss"
+    ),
+    "agg.seq_mean_token_mean": (
+        "the seq-mean modes multiply loss_mat * loss_mask instead of selecting, so NaN/inf at "
+        "masked or padded positions leaks into the loss"
+    ),
+    "agg.seq_mean_token_sum_norm": (
+        "NaN/inf at masked positions leaks (loss_mat * loss_mask), and without "
+        "loss_scale_factor the 'constant length' is the padded width, so extra right padding "
+        "changes the loss"
+    ),
+    "agg.shard_invariance": (
+        "the local seq-mean denominator counts sequences with an action token but the engine's "
+        "global_batch_size (ppo_mini_batch_size * n) counts every sequence, so a fully masked "
+        "row changes the loss once the batch is sharded"
+    ),
+    "entropy.from_logits": (
+        "compute_entropy_loss aggregates with agg_loss token-mean: no valid position gives "
+        "0/0 = NaN instead of 0"
+    ),
     "batch.union": (
         "DataProto.union compares shared tensors with torch.equal (a NaN-holding key never "
         "equals itself) and adds the new tensor keys before checking non-tensor and meta "

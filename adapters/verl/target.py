@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from rlconform.adapters.base import Target
+from rlconform.adapters.verl.aggregate import AggregateOps
 from rlconform.adapters.verl.batch import BatchOps
+from rlconform.adapters.verl.logprob import LogprobOps
 from rlconform.adapters.verl.manifest import DEVIATIONS, PROFILE
 from rlconform.adapters.verl.mask import MaskOps
 from rlconform.adapters.verl.metrics import MetricsOps
@@ -12,7 +14,9 @@ from rlconform.adapters.verl.reward import RewardOps
 
 class VerlTarget(
     MaskOps,
+    LogprobOps,
     RewardOps,
+    AggregateOps,
     BatchOps,
     MetricsOps,
     Target,
