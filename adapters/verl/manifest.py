@@ -23,6 +23,11 @@ PROFILE = Profile(
         "batch_reorder_in_place": True,
         # batch.row_ops: DataProto.chunk refuses uneven chunks unless auto-padding is on.
         "batch_chunk_uneven": "error",
+        # adv.*: masked_var raises when the batch has <= 1 action token; a singleton group's
+        # baseline is 0 (RF++ baseline, OPO, GPG); GPG's alpha = B / #(nonzero scores).
+        "whiten_degenerate": "raise",
+        "singleton_baseline": "zero",
+        "gpg_alpha": "nonzero_score",
         # metrics.validation_at_n: 1000 bootstrap draws, first-seen majority ties.
         "validation_n_bootstrap": 1000,
         "validation_maj_tie": "first_seen",
@@ -38,6 +43,57 @@ DEVIATIONS: dict[str, str] = {
         "compute_response_mask slices attention_mask[:, -R:] without checking the layout: a "
         "right-padded prompt or holed response is read as a response mask, and R = 0 returns "
         "the whole attention mask"
+    ),
+    "adv.grpo": (
+        "scores are token_level_rewards.sum(-1) over every column, not over action tokens: "
+        "NaN or garbage at padding and mask holes (and the column -1 reward of an L = 0 "
+        "response) enters the group statistics"
+    ),
+    "adv.rloo": (
+        "scores are token_level_rewards.sum(-1) over every column, not over action tokens: "
+        "NaN or garbage at padding and mask holes (and the column -1 reward of an L = 0 "
+        "response) enters the group statistics"
+    ),
+    "adv.opo": (
+        "scores are token_level_rewards.sum(-1) over every column, not over action tokens: "
+        "NaN or garbage at padding and mask holes (and the column -1 reward of an L = 0 "
+        "response) enters the group statistics"
+    ),
+    "adv.gpg": (
+        "scores are token_level_rewards.sum(-1) over every column, not over action tokens: "
+        "NaN or garbage at padding and mask holes (and the column -1 reward of an L = 0 "
+        "response) enters the group statistics"
+    ),
+    "adv.grpo_passk": (
+        "scores are token_level_rewards.sum(-1) over every column, not over action tokens: "
+        "NaN or garbage at padding and mask holes (and the column -1 reward of an L = 0 "
+        "response) enters the group statistics"
+    ),
+    "adv.reinforce_pp_baseline": (
+        "scores are token_level_rewards.sum(-1) over every column, not over action tokens: "
+        "NaN or garbage at padding and mask holes (and the column -1 reward of an L = 0 "
+        "response) enters the group statistics"
+    ),
+    "adv.remax": (
+        "returns are a reverse cumsum of rewards * mask, so NaN/inf at padding or mask holes "
+        "leaks (NaN * 0 = NaN) into every earlier action token"
+    ),
+    "adv.reinforce_pp": (
+        "the discounted return multiplies by the mask instead of selecting, so NaN/inf at a "
+        "mask hole or padding leaks into earlier action tokens"
+    ),
+    "adv.optimal_token_baseline": (
+        "returns and baselines multiply by the mask instead of selecting, so NaN/inf at a "
+        "mask hole or padding leaks into the action tokens"
+    ),
+    "adv.gae": (
+        "the recursion multiplies by the mask, so NaN/inf rewards or values at holes and "
+        "padding poison the advantages; an empty batch crashes; there is no bootstrap input "
+        "for truncated samples"
+    ),
+    "adv.invariants": (
+        "outputs at mask-0 positions are not exactly 0: GAE whitens without re-masking and its "
+        "returns equal the values at padding, and masked NaN inputs reach every estimator"
     ),
     "agg.token_mean": (
         "agg_loss divides by the batch's token count without a guard, so a mini-batch with no "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rlconform.adapters.base import Target
+from rlconform.adapters.verl.advantage import AdvantageOps
 from rlconform.adapters.verl.aggregate import AggregateOps
 from rlconform.adapters.verl.batch import BatchOps
 from rlconform.adapters.verl.logprob import LogprobOps
@@ -16,6 +17,7 @@ class VerlTarget(
     MaskOps,
     LogprobOps,
     RewardOps,
+    AdvantageOps,
     AggregateOps,
     BatchOps,
     MetricsOps,
