@@ -1,0 +1,28 @@
+"""The full certification of the installed verl: exit 0, every deviation observed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("verl")
+
+from rlconform.adapters.verl.manifest import DEVIATIONS  # noqa: E402
+from rlconform.conformance.cli import main  # noqa: E402
+
+MIN_PASSING = 40
+
+
+def test_full_certification_exits_0_with_every_deviation_observed(tmp_path):
+    out = tmp_path / "verl.json"
+    code = main(["certify", "verl", "--json", str(out)])
+    report = json.loads(out.read_text())
+    by_status: dict[str, list[str]] = {}
+    for result in report["clauses"]:
+        by_status.setdefault(result["status"], []).append(result["id"])
+    assert code == 0, [c for c in report["clauses"] if c["status"] in ("fail", "error")]
+    assert report["target"]["version"] == "0.9.1"
+    assert sorted(by_status.get("deviation", [])) == sorted(DEVIATIONS), "stale or missing"
+    certified = by_status.get("pass", []) + by_status.get("deviation", [])
+    assert len(certified) >= MIN_PASSING, by_status
