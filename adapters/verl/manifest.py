@@ -23,6 +23,9 @@ PROFILE = Profile(
         "batch_reorder_in_place": True,
         # batch.row_ops: DataProto.chunk refuses uneven chunks unless auto-padding is on.
         "batch_chunk_uneven": "error",
+        # kl.in_reward: actor/reward_kl_penalty is the mean over rows of each row's masked
+        # mean (rows without action tokens count as 0).
+        "kl_metric_reduction": "sample_mean",
         # adv.*: masked_var raises when the batch has <= 1 action token; a singleton group's
         # baseline is 0 (RF++ baseline, OPO, GPG); GPG's alpha = B / #(nonzero scores).
         "whiten_degenerate": "raise",
@@ -43,6 +46,10 @@ DEVIATIONS: dict[str, str] = {
         "compute_response_mask slices attention_mask[:, -R:] without checking the layout: a "
         "right-padded prompt or holed response is read as a response mask, and R = 0 returns "
         "the whole attention mask"
+    ),
+    "kl.in_reward": (
+        "apply_kl_penalty masks the KL by multiplying (NaN * 0 = NaN), so NaN log-probs at "
+        "padding give NaN token rewards, and an empty batch gives a NaN KL metric"
     ),
     "adv.grpo": (
         "scores are token_level_rewards.sum(-1) over every column, not over action tokens: "

@@ -6,6 +6,7 @@ from rlconform.adapters.base import Target
 from rlconform.adapters.verl.advantage import AdvantageOps
 from rlconform.adapters.verl.aggregate import AggregateOps
 from rlconform.adapters.verl.batch import BatchOps
+from rlconform.adapters.verl.kl import KLOps
 from rlconform.adapters.verl.logprob import LogprobOps
 from rlconform.adapters.verl.manifest import DEVIATIONS, PROFILE
 from rlconform.adapters.verl.mask import MaskOps
@@ -17,6 +18,7 @@ class VerlTarget(
     MaskOps,
     LogprobOps,
     RewardOps,
+    KLOps,
     AdvantageOps,
     AggregateOps,
     BatchOps,
