@@ -361,7 +361,9 @@ _LOG_RATIO = st.one_of(
 # |A| >= 2^-20 or exactly 0: a subnormal advantage makes -A r and -A clamp(r) underflow to
 # the same float32 value, which is rounding, not a clipping decision.
 _ADVANTAGE = st.one_of(
-    st.tuples(st.floats(2.0**-20, 3.0, width=32), st.booleans()).map(lambda t: t[0] if t[1] else -t[0]),
+    st.tuples(st.floats(2.0**-20, 3.0, width=32), st.booleans()).map(
+        lambda t: t[0] if t[1] else -t[0]
+    ),
     st.just(0.0),
 )
 
@@ -686,6 +688,15 @@ _DPPO_EXAMPLES = (
             _sample("s1", [], [], [], []),
         ],
         "pad_value": NAN,
+        "extra_pad": 1,
+    },
+    # |logp - old| far beyond 20: the ratio weight is capped at c, A = 0, logp near -100.
+    {
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "clip_c": 3.0,
+        "samples": _EXTREME_SAMPLES,
+        "pad_value": -1e30,
         "extra_pad": 1,
     },
 )

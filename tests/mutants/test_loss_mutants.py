@@ -197,6 +197,11 @@ def test_cispo_without_stop_gradient_is_caught(torchref):
     assert "d(token-mean loss)/d log_prob" in result.message
 
 
+def test_cispo_reading_padding_is_caught(torchref):
+    result = assert_caught(with_overrides(torchref, cispo_loss=cispo_reads_padding), "loss.cispo")
+    assert "padding" in result.message
+
+
 # loss.dppo_tv ---------------------------------------------------------------------------
 
 
@@ -254,8 +259,3 @@ def test_entropy_bonus_wrong_sign_is_caught(torchref):
 def test_kl_term_detached_is_caught(torchref):
     result = assert_caught(with_overrides(torchref, actor_loss=kl_term_detached), "loss.total")
     assert "d kl" in result.message
-
-
-def test_cispo_reading_padding_is_caught(torchref):
-    result = assert_caught(with_overrides(torchref, cispo_loss=cispo_reads_padding), "loss.cispo")
-    assert "padding" in result.message
