@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
 from rlconform.conformance.harness import pad_right, to_float_list
 from rlconform.oracle import loss as oracle_loss
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-from rlconform.adapters.base import with_overrides
 
+from rlconform.adapters.base import with_overrides
 from tests.conftest import assert_caught
 
 

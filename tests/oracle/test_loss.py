@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from rlconform.adapters.base import Profile
 from rlconform.conformance.clauses import loss as loss_clauses
 from rlconform.oracle import loss as oracle
