@@ -9,7 +9,10 @@ as verl's ``actor/reward_kl_penalty``).
 Float tolerance: CONTRACT §4 plus ``16 eps * scale`` where ``scale`` is the rounding
 conditioning of the formula at that token (``estimator_conditioning``), e.g.
 exp(x) (1 + |x|) + |x| + 1 for k3: exp(x) carries the relative rounding of x = ref - logp.
-The oracle receives the inputs rounded to the target's dtype, as the target does.
+The oracle receives the inputs rounded to the target's dtype, as the target does. Where a
+statistic lies within rounding of a clamp bound the gradient jumps (e.g. 0 vs w kl), so
+the expectation there may come from the clamp constants nudged by 16 eps either way
+(``nudged_clamps``); everywhere else only the given constants match.
 """
 
 from __future__ import annotations
@@ -126,6 +129,37 @@ def gradient(
     return torch.zeros_like(leaf) if grad is None else grad
 
 
+def closest(
+    candidates: Sequence[Sequence[Sequence[float]]], actual: Sequence[Sequence[float]]
+) -> list[list[float]]:
+    """Per element, the candidate expectation nearest to the target's value (NaN matches
+    only NaN). Candidates are the oracle's answers for inputs or constants within rounding."""
+
+    def distance(e: float, a: float) -> float:
+        if math.isnan(e) or math.isnan(a):
+            return 0.0 if math.isnan(e) and math.isnan(a) else math.inf
+        return 0.0 if e == a else abs(e - a)
+
+    return [
+        [
+            min((c[i][t] for c in candidates), key=lambda e: distance(e, a))
+            for t, a in enumerate(row)
+        ]
+        for i, row in enumerate(actual)
+    ]
+
+
+def nudged_clamps(clamps: dict[str, float | None], eps: float) -> list[dict[str, float | None]]:
+    """The clamp constants as given, all widened and all narrowed by 16 eps (relative): a
+    statistic within rounding of a clamp bound may land on either side of it, and the
+    gradient jumps there."""
+
+    def scaled(factor: float) -> dict[str, float | None]:
+        return {k: None if v is None else v * factor for k, v in clamps.items()}
+
+    return [clamps, scaled(1.0 + 16.0 * eps), scaled(1.0 - 16.0 * eps)]
+
+
 def estimator_conditioning(
     estimator: str,
     logp: float,
@@ -152,6 +186,16 @@ def estimator_conditioning(
     return e * (1.0 + abs(x)) + abs(x) + 1.0, e * (1.0 + abs(x)) + 1.0
 
 
+def _weighted_grads(
+    upstream: Sequence[Sequence[float]], rows: Sequence[tuple[list[float], list[float]]]
+) -> list[list[float]]:
+    """upstream * d value / d logp per token, from the oracle's (values, grads) rows."""
+    return [
+        [w * g for w, g in zip(up, grads, strict=True)]
+        for up, (_, grads) in zip(upstream, rows, strict=True)
+    ]
+
+
 def _clamps(ctx: Any) -> dict[str, float | None]:
     return {
         "ref_clamp": ctx.profile.get("kl_ref_clamp", 20.0),
@@ -175,9 +219,12 @@ def _check_kl_penalty(ctx: Any, case: dict[str, Any], clause_id: str) -> None:
     upstream = field_rows(ctx, case, "upstream")
     mode = case["mode"]
     clamps = _clamps(ctx)
-    expected = [
-        oracle.kl_penalty(lp, rf, mode, uid=s["uid"], **clamps)
-        for lp, rf, s in zip(logp, ref, samples, strict=True)
+    candidates = [
+        [
+            oracle.kl_penalty(lp, rf, mode, uid=s["uid"], **c)
+            for lp, rf, s in zip(logp, ref, samples, strict=True)
+        ]
+        for c in nudged_clamps(clamps, ctx.tolerance.eps)
     ]
     estimator, straight = oracle.split_mode(mode, clause_id)
     scales = [
@@ -188,11 +235,12 @@ def _check_kl_penalty(ctx: Any, case: dict[str, Any], clause_id: str) -> None:
     ref_logprob = padded(ctx, case, ref, case["pad_value"])
     out = ctx.call("kl_penalty", logprob, ref_logprob, mode)
     grad = gradient(clause_id, "kl_penalty", out, logprob, padded(ctx, case, upstream, 0.0))
+    actual_values, actual_grads = unpad_right(out, lengths), unpad_right(grad, lengths)
     assert_rows_close(
         clause_id,
         f"kl_penalty({mode!r}) value",
-        [values for values, _ in expected],
-        unpad_right(out, lengths),
+        closest([[values for values, _ in rows] for rows in candidates], actual_values),
+        actual_values,
         uids=uids,
         tolerance=ctx.tolerance,
         scale=[[s[0] for s in row] for row in scales],
@@ -207,11 +255,8 @@ def _check_kl_penalty(ctx: Any, case: dict[str, Any], clause_id: str) -> None:
     assert_rows_close(
         clause_id,
         f"kl_penalty({mode!r}) upstream-weighted d/dlogprob",
-        [
-            [w * g for w, g in zip(up, grads, strict=True)]
-            for up, (_, grads) in zip(upstream, expected, strict=True)
-        ],
-        unpad_right(grad, lengths),
+        closest([_weighted_grads(upstream, rows) for rows in candidates], actual_grads),
+        actual_grads,
         uids=uids,
         tolerance=ctx.tolerance,
         scale=grad_scale,
@@ -409,9 +454,12 @@ def check_importance_weighted(ctx: Any, case: dict[str, Any]) -> None:
     old, upstream = field_rows(ctx, case, "old"), field_rows(ctx, case, "upstream")
     mode = case["mode"]
     clamps = dict(_clamps(ctx), log_ratio_clamp=ctx.profile.get("kl_is_log_ratio_clamp", 20.0))
-    expected = [
-        oracle.importance_weighted_kl(lp, rf, od, mode, uid=s["uid"], **clamps)
-        for lp, rf, od, s in zip(logp, ref, old, samples, strict=True)
+    candidates = [
+        [
+            oracle.importance_weighted_kl(lp, rf, od, mode, uid=s["uid"], **c)
+            for lp, rf, od, s in zip(logp, ref, old, samples, strict=True)
+        ]
+        for c in nudged_clamps(clamps, ctx.tolerance.eps)
     ]
     estimator, _ = oracle.split_mode(mode, clause_id)
     scales = [
@@ -432,11 +480,12 @@ def check_importance_weighted(ctx: Any, case: dict[str, Any]) -> None:
     grad = gradient(
         clause_id, "importance_weighted_kl", out, logprob, padded(ctx, case, upstream, 0.0)
     )
+    actual_values, actual_grads = unpad_right(out, lengths), unpad_right(grad, lengths)
     assert_rows_close(
         clause_id,
         f"importance_weighted_kl({mode!r}) value",
-        [values for values, _ in expected],
-        unpad_right(out, lengths),
+        closest([[values for values, _ in rows] for rows in candidates], actual_values),
+        actual_values,
         uids=uids,
         tolerance=ctx.tolerance,
         scale=[[s[0] for s in row] for row in scales],
@@ -444,11 +493,8 @@ def check_importance_weighted(ctx: Any, case: dict[str, Any]) -> None:
     assert_rows_close(
         clause_id,
         f"importance_weighted_kl({mode!r}) upstream-weighted d/dlogprob",
-        [
-            [w * g for w, g in zip(up, grads, strict=True)]
-            for up, (_, grads) in zip(upstream, expected, strict=True)
-        ],
-        unpad_right(grad, lengths),
+        closest([_weighted_grads(upstream, rows) for rows in candidates], actual_grads),
+        actual_grads,
         uids=uids,
         tolerance=ctx.tolerance,
         scale=[
