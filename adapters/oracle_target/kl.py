@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from rlconform.conformance.harness import pad_right, to_float_list
 from rlconform.oracle import kl as oracle_kl
 

@@ -7,6 +7,7 @@ where it is 0, so whole padded rows can go to the oracle.
 from __future__ import annotations
 
 import torch
+
 from rlconform.conformance.harness import pad_right, to_float_list
 from rlconform.oracle import offpolicy as oracle_offpolicy
 

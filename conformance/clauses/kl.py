@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
+
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.compare import assert_rows_close, assert_scalar_close
 from rlconform.conformance.errors import ClauseMismatch, TargetError

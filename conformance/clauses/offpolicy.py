@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
+
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.clauses.kl import (
     action_mask,

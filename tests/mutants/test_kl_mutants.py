@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rlconform.adapters.base import with_overrides
 
+from rlconform.adapters.base import with_overrides
 from tests.conftest import assert_caught
 
 K3_MODES = ("k3", "low_var_kl")

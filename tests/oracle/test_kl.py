@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from rlconform.oracle import kl
 from rlconform.oracle.errors import ContractError
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from rlconform.oracle import offpolicy as op
 from rlconform.oracle.errors import ContractError
 
