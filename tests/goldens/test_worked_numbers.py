@@ -60,6 +60,12 @@ EPS = 1e-8
 
 D = 1.00001 - 1.0  # the gap of the nearly-equal rewards, as float64 holds it
 
+
+def K3(d: float) -> float:
+    """k3 of logp - ref = d, unclamped: exp(ref - logp) - (ref - logp) - 1."""
+    return math.exp(-d) + d - 1
+
+
 # (clause, output key, value by hand, relative tolerance; 0 = bit-exact)
 WORKED = [
     # mask.loss: 20 positions, 4 + 5 = 9 action tokens of 2.0 and 4.0 -> 28/9, not /20.
@@ -116,6 +122,41 @@ WORKED = [
     ("adv.rloo", "advantages", [[1.5 * (1 - 0.5)], [1.5 * (0 - 0.5)] * 2, [0.0]], 0),
     # adv.grpo with norm_by_std off (Dr. GRPO): score - group mean.
     ("adv.grpo", "advantages", [[0.0] * 3, [0.5] * 2, [0.0], [-0.5, -0.5, 0.0], [0.0] * 2], 0),
+    # kl.estimators: k3 with ref - logp clamped to +-20 and the value to +-10 (verl row:
+    # logp - ref = [0.2, -0.4, -29.9, 25.0]).
+    ("kl.estimators", "values", [[K3(0.2), K3(-0.4), 10.0, 10.0]], 1e-12),
+    # kl.straight_through: k3+ keeps the k3 values and takes the k2 gradient logp - ref.
+    ("kl.straight_through", "grad_logp", [[0.2, -0.4, -29.9, 25.0]], 1e-12),
+    # kl.adaptive_controller: err = clip(kl / target - 1, -0.2, 0.2); value *= 1 + err n / H
+    # (target 0.05, n / H = 0.1; KL 0.05, 0.5, 0.0, 0.06 -> err 0, 0.2, -0.2, 0.2).
+    (
+        "kl.adaptive_controller",
+        "values",
+        [0.1, 0.1 * 1.02, 0.1 * 1.02 * 0.98, 0.1 * 1.02 * 0.98 * 1.02],
+        1e-12,
+    ),
+    # loss.dual_clip: ratios [4, 0.5], A [-1, 1], eps 0.2, c 3 -> [min(4, 3), max(-0.5, -0.8)].
+    ("loss.dual_clip", "loss", [[3.0, -0.5]], 1e-12),
+    # loss.entropy_bonus: pg - c_ent H = [0.5 - 0.01, -0.2 - 0.02] (the minus sign).
+    ("loss.entropy_bonus", "total", [[0.5 - 0.01 * 1.0, -0.2 - 0.01 * 2.0, 0.0], []], 1e-12),
+    # loss.total: pg - c_ent H + c_kl KL = 0.5 - 0.01 + 0.02 = 0.51.
+    (
+        "loss.total",
+        "total",
+        [[0.5 - 0.01 * 1.0 + 0.1 * 0.2, 0.0, -1.0 - 0.01 * 2.0 + 0.1 * 3.0], []],
+        1e-12,
+    ),
+    # loss.ppo_clip: the log-ratio clamp keeps the loss finite: -A e^20 at log-ratio 99.5.
+    (
+        "loss.ppo_clip",
+        "loss",
+        [
+            [math.exp(20.0), -math.exp(-20.0), 0.0, 0.0, -1.2],
+            [],
+            [-0.5 * math.exp(-0.5), 0.5 * math.exp(0.25)],
+        ],
+        1e-12,
+    ),
     # metrics.validation_at_n (verl's example): [1, 0, 1, 1, 0] -> mean@5 0.6, std@5 ddof 0,
     # best@2 = 1 - 0.4^2 = 0.84.
     ("metrics.validation_at_n", "mean@5", 0.6, 1e-15),
