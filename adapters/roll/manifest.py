@@ -1,0 +1,34 @@
+"""ROLL's profile (the legitimate choices it makes) and its observed deviation manifest.
+
+Every entry of ``DEVIATIONS`` was observed in a certification run against the real source
+(see docs/certification/roll-*.md). Genuine contract violations are NOT listed here: they
+are findings, published with their counterexamples in the report.
+"""
+
+from __future__ import annotations
+
+from rlconform.adapters.base import Profile
+
+#: Width ROLL pads every batch to in these runs (``sequence_length``); seq-mean-token-sum-norm
+#: divides by the per-token grid width ``sequence_length - 1``.
+SEQUENCE_LENGTH = 64
+
+PROFILE = Profile(
+    name="roll",
+    dtype="float32",  # compute_advantage and entropy_from_logits compute in float32
+    grpo_std_ddof=1,  # reward_norm: torch.std (Bessel-corrected)
+    grpo_eps=1e-6,  # reward_norm: (r - mean) / (std + 1e-6)
+    kl_ref_clamp=None,  # compute_approx_kl: no clamp of (ref - logp)
+    k3_value_clamp=10.0,  # compute_approx_kl "k3": value clamped to [-10, 10]
+    reward_nonaction_tail="last_token",  # expand_to_token_level: last attended token
+    extra={
+        "reward_norm_std_ddof": 1,  # reward_norm "batch": Tensor.std() is unbiased
+        "reward_norm_eps": 1e-6,
+        "kl_metric_reduction": "sample_mean",  # critic/kl: mean over samples of masked means
+        "agg_norm_length": SEQUENCE_LENGTH - 1,
+        "roll_whiten_advantages": True,  # the config switch the contract's adv.gae needs
+        "whiten_degenerate": "zeros",
+    },
+)
+
+DEVIATIONS: dict[str, str] = {}
