@@ -107,7 +107,9 @@ class AdvantageBindings(RollCommon):
             kl_penalty="kl",
             num_return_sequences=n_sample,
         )
-        zeros = torch.zeros((batch_size, layout.width - 1), dtype=rewards.dtype, device=rewards.device)
+        zeros = torch.zeros(
+            (batch_size, layout.width - 1), dtype=rewards.dtype, device=rewards.device
+        )
         data = self._proto(
             {
                 "response_level_rewards": scores,
@@ -119,7 +121,9 @@ class AdvantageBindings(RollCommon):
             }
         )
         data, _ = self.F.reward_postprocess(data, config, {})
-        data, _ = self.F.compute_token_reward(data, config, self.kl_controller_module.FixedKLController(kl_coef=0.0))
+        data, _ = self.F.compute_token_reward(
+            data, config, self.kl_controller_module.FixedKLController(kl_coef=0.0)
+        )
         final_mask = layout.tokens_to_roll(mask, fill=0).to(rewards.dtype)
         data = self.F.compute_advantage(
             data,

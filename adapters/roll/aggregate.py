@@ -7,7 +7,12 @@ import torch
 from rlconform.adapters.roll.common import RollCommon
 
 #: The verl mode names the contract uses, which ROLL shares; ROLL has no token-sum.
-ROLL_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+ROLL_AGG_MODES = (
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
 
 
 class AggregateBindings(RollCommon):

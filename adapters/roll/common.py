@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from rlconform.adapters.roll.layout import RollLayout
+from rlconform.adapters.roll.layout import RollLayout, default_prompt_lengths
+from rlconform.adapters.roll.layout import response_lengths as layout_lengths
 
 
 class RollCommon:
@@ -28,9 +29,15 @@ class RollCommon:
         return self.functionals
 
     def _layout(self, response_mask: torch.Tensor, width: int | None = None) -> RollLayout:
-        return RollLayout.from_response_mask(
-            response_mask, self.profile.get("roll_prompt_lengths"), width
-        )
+        """ROLL's layout of a (B, R) response mask: prompts of the default lengths, and the
+        grid padded to the profile's ``roll_sequence_length`` as ROLL pads every batch to
+        its ``sequence_length`` (wider when the case needs it)."""
+        if width is None:
+            lengths = layout_lengths(response_mask)
+            prompts = default_prompt_lengths(lengths.shape[0], lengths.device)
+            needed = (int(prompts.max()) if prompts.numel() else 1) + response_mask.shape[-1]
+            width = max(needed, int(self.profile.get("roll_sequence_length", needed)))
+        return RollLayout.from_response_mask(response_mask, None, width)
 
     def _proto(self, tensors: dict[str, torch.Tensor], meta: dict | None = None) -> Any:
         """ROLL's own ``DataProto`` holding ``tensors`` (the math reads ``data.batch``)."""

@@ -8,7 +8,15 @@ import torch
 from rlconform.adapters.roll.common import RollCommon
 
 #: Contract estimator names -> ROLL's ``kl_penalty`` names ("full" needs vocab log-probs).
-KL_PENALTY = {"kl": "kl", "k1": "kl", "abs": "abs", "mse": "mse", "k2": "mse", "k3": "k3", "low_var_kl": "k3"}
+KL_PENALTY = {
+    "kl": "kl",
+    "k1": "kl",
+    "abs": "abs",
+    "mse": "mse",
+    "k2": "mse",
+    "k3": "k3",
+    "low_var_kl": "k3",
+}
 
 
 def roll_kl_penalty(mode: str) -> str:
@@ -27,7 +35,9 @@ class KLBindings(RollCommon):
     ) -> torch.Tensor:
         """kl.estimators -> ``compute_approx_kl(log_probs, log_probs_base, kl_penalty=...)``."""
         return self.F.compute_approx_kl(
-            log_probs=logprob, log_probs_base=ref_logprob, action_mask=None,
+            log_probs=logprob,
+            log_probs_base=ref_logprob,
+            action_mask=None,
             kl_penalty=roll_kl_penalty(mode),
         )
 

@@ -154,16 +154,16 @@ class RollLayout:
                 f"expected a (B={self.batch_size}, R={self.response_width}, ...) tensor, "
                 f"got {tuple(x.shape)}"
             )
-        out = torch.full((self.batch_size, width, *x.shape[2:]), fill, dtype=x.dtype, device=x.device)
+        out = torch.full(
+            (self.batch_size, width, *x.shape[2:]), fill, dtype=x.dtype, device=x.device
+        )
         index = self._columns(shift).to(x.device)
         index = index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x)
         return out.scatter(1, index, x)
 
     def _gather(self, y: torch.Tensor, shift: int) -> torch.Tensor:
         index = self._columns(shift).to(y.device)
-        index = index.view(*index.shape, *([1] * (y.dim() - 2))).expand(
-            *index.shape, *y.shape[2:]
-        )
+        index = index.view(*index.shape, *([1] * (y.dim() - 2))).expand(*index.shape, *y.shape[2:])
         return y.gather(1, index)
 
     # -------------------------------------------------------------- ids
@@ -174,7 +174,9 @@ class RollLayout:
         """Left-padded prompts (B, W) and right-padded responses (B, R) -> ROLL ``input_ids``
         (B, L), right-padded. The last P_i prompt columns are the real prompt tokens."""
         b, w = prompts.shape
-        out = torch.full((b, self.width), pad_token_id, dtype=responses.dtype, device=responses.device)
+        out = torch.full(
+            (b, self.width), pad_token_id, dtype=responses.dtype, device=responses.device
+        )
         c = torch.arange(self.width, device=responses.device)
         src = (w - self.prompt_lengths.unsqueeze(-1) + c).clamp(0, max(w - 1, 0))
         if w:

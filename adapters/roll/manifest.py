@@ -26,9 +26,25 @@ PROFILE = Profile(
         "reward_norm_eps": 1e-6,
         "kl_metric_reduction": "sample_mean",  # critic/kl: mean over samples of masked means
         "agg_norm_length": SEQUENCE_LENGTH - 1,
+        "roll_sequence_length": SEQUENCE_LENGTH,
         "roll_whiten_advantages": True,  # the config switch the contract's adv.gae needs
         "whiten_degenerate": "zeros",
+        "singleton_baseline": "self",  # reward_norm group mean of a group of one is its own score
     },
 )
 
-DEVIATIONS: dict[str, str] = {}
+DEVIATIONS: dict[str, str] = {
+    "mask.response_from_eos": (
+        "get_eos_mask takes one EOS token id; a set of EOS ids cannot be passed (every "
+        "single-id case passes; ROLL's generated masks come from the pad token instead)"
+    ),
+    "agg.token_sum": (
+        "agg_loss offers no token-sum mode (token-mean, seq-mean-token-sum, "
+        "seq-mean-token-mean, seq-mean-token-sum-norm only)"
+    ),
+    "metrics.reduce": (
+        "reduce_metrics picks the reducer from an explicit '@tag' or '_tag' ending of the "
+        "key (mean/max/min/p50/p99/std/sum), not from a substring anywhere in it: "
+        "'response_length/max' is averaged by design of ROLL's metric naming"
+    ),
+}

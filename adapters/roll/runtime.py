@@ -178,7 +178,9 @@ def _use_path(framework_path: str) -> Path:
         raise SetupError(_missing_message(framework_path))
     loaded = sys.modules.get("roll")
     loaded_file = getattr(loaded, "__file__", None) if loaded is not None else None
-    if loaded is not None and (loaded_file is None or not Path(loaded_file).resolve().is_relative_to(root)):
+    if loaded is not None and (
+        loaded_file is None or not Path(loaded_file).resolve().is_relative_to(root)
+    ):
         _purge("roll")  # another roll (an installed one, or another checkout) was imported
     if str(root) in sys.path:
         sys.path.remove(str(root))
@@ -270,5 +272,7 @@ def load_runtime(framework_path: str | None = None) -> RollRuntime:
         root=root,
         version=version,
         commit=_git_commit(root),
-        shims=[name for name in shims if getattr(sys.modules.get(name), "__rlconform_shim__", False)],
+        shims=[
+            name for name in shims if getattr(sys.modules.get(name), "__rlconform_shim__", False)
+        ],
     )
