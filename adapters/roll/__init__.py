@@ -13,6 +13,7 @@ from __future__ import annotations
 from rlconform.adapters.base import Target
 from rlconform.adapters.roll.advantage import AdvantageBindings
 from rlconform.adapters.roll.aggregate import AggregateBindings
+from rlconform.adapters.roll.batch import BatchBindings
 from rlconform.adapters.roll.common import config_defaults
 from rlconform.adapters.roll.kl import KLBindings
 from rlconform.adapters.roll.logprob import LogprobBindings
@@ -30,6 +31,7 @@ class RollTarget(
     KLBindings,
     AdvantageBindings,
     AggregateBindings,
+    BatchBindings,
     MetricsBindings,
     Target,
 ):

@@ -29,7 +29,10 @@ PROFILE = Profile(
         "roll_sequence_length": SEQUENCE_LENGTH,
         "roll_whiten_advantages": True,  # the config switch the contract's adv.gae needs
         "whiten_degenerate": "zeros",
-        "singleton_baseline": "self",  # reward_norm group mean of a group of one is its own score
+        "singleton_baseline": "self",
+        "batch_union_in_place": True,  # DataProto.union merges into self and returns it
+        "batch_reorder_in_place": True,  # DataProto.reorder works in place
+        "batch_chunk_uneven": "ceil",  # DataProto.chunk: pieces of ceil(n / k) rows  # reward_norm group mean of a group of one is its own score
     },
 )
 
