@@ -32,7 +32,10 @@ PROFILE = Profile(
         "singleton_baseline": "self",
         "batch_union_in_place": True,  # DataProto.union merges into self and returns it
         "batch_reorder_in_place": True,  # DataProto.reorder works in place
-        "batch_chunk_uneven": "ceil",  # DataProto.chunk: pieces of ceil(n / k) rows  # reward_norm group mean of a group of one is its own score
+        # DataProto.chunk splits like np.array_split (always k pieces, sizes differing by
+        # at most one): the contract's nearest policy is "ceil" (same on 5 rows / 2, not on
+        # 4 rows / 3, where ROLL gives 2, 1, 1); see the certification report.
+        "batch_chunk_uneven": "ceil",  # reward_norm group mean of a group of one is its own score
     },
 )
 

@@ -25,6 +25,8 @@ MUST_PASS = (
     "agg.token_mean",
     "agg.seq_mean_token_sum",
     "agg.seq_mean_token_mean",
+    "batch.union",
+    "batch.row_ops",
 )
 
 #: Clauses the manifest declares: the binding raises (the input cannot be expressed in
