@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from rlconform.adapters.roll.common import RollCommon
+from rlconform.adapters.roll.layout import RollLayout, response_lengths
 
 #: Contract estimator names -> ROLL's ``kl_penalty`` names ("full" needs vocab log-probs).
 KL_PENALTY = {
@@ -55,11 +56,16 @@ class KLBindings(RollCommon):
         response-level reward on the last response token, so only such token scores can
         be expressed (others raise NotImplementedError); the metric is ROLL's
         ``critic/kl`` (per-sample masked mean, then the mean over samples)."""
-        layout = self._layout(response_mask)
+        # The response runs at least to its last action token and to its scored token
+        # (a response may end in non-action tokens that carry the reward).
+        scored = torch.nan_to_num(token_scores, nan=1.0) != 0
+        lengths = torch.maximum(response_lengths(response_mask), response_lengths(scored))
+        width = self._layout(response_mask).width
+        layout = RollLayout.build(lengths, token_scores.shape[-1], None, width)
         j = torch.arange(token_scores.shape[-1], device=token_scores.device)
         last = (j == (layout.lengths - 1).unsqueeze(-1)).to(token_scores.device)
         finite_scores = torch.where(last, token_scores, torch.zeros_like(token_scores))
-        if bool(((token_scores != 0) & ~last).any()):
+        if bool((scored & ~last).any()):
             raise NotImplementedError(
                 "ROLL's compute_token_reward places one response-level reward on the last "
                 "response token; these token scores are not of that form"

@@ -115,3 +115,32 @@ def test_kl_controller_wiring(standin):
     assert standin.kl_controller_update("fixed", 0.2, 5.0, 8, 0.1, 100.0) == 0.2
     with pytest.raises(NotImplementedError, match="straight-through"):
         standin.kl_penalty(torch.zeros(1, 2), torch.zeros(1, 2), "k3+")
+
+
+def test_kl_clauses_over_standin(standin):
+    clauses = select("kl.estimators,kl.adaptive_controller,kl.straight_through")
+    if not clauses:
+        pytest.skip("the kl area's clauses are not on this branch yet")
+    status = {r.id: r.status for r in certify(standin, clauses, get_run_profile("ci")).clauses}
+    assert status == {
+        "kl.estimators": "pass",
+        "kl.adaptive_controller": "pass",
+        "kl.straight_through": "deviation",
+    }
+
+
+def test_kl_in_reward_wiring(standin):
+    if not hasattr(TorchRef(), "apply_kl_in_reward"):
+        pytest.skip("torchref has no kl operations on this branch yet")
+    scores = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.0, 0.5, 0.0, 0.0]])
+    mask = torch.tensor([[1, 0, 1, 0], [0, 0, 0, 0]])  # row 1: scored non-action tail
+    old = torch.tensor([[-0.5, -3.0, -1.0, 0.0], [-2.0, -1.0, 0.0, 0.0]])
+    ref = torch.tensor([[-0.75, -0.5, -1.5, 0.0], [-0.5, -4.0, 0.0, 0.0]])
+    got, metric = standin.apply_kl_in_reward(scores, old, ref, mask, 0.1, "kl")
+    ref_target = TorchRef()
+    ref_target.profile = standin.profile
+    want, want_metric = ref_target.apply_kl_in_reward(scores, old, ref, mask, 0.1, "kl")
+    assert torch.allclose(got, want, atol=1e-6)
+    assert float(metric) == pytest.approx(float(want_metric), abs=1e-6)
+    with pytest.raises(NotImplementedError, match="not of that form"):
+        standin.apply_kl_in_reward(scores + 1.0, old, ref, mask, 0.1, "kl")

@@ -7,6 +7,8 @@ operations are width-agnostic, so the stand-in passes the grids straight through
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -17,6 +19,10 @@ from roll.pipeline.rlvr.rlvr_config import RLVRConfig  # noqa: F401
 
 _REF = TorchRef()
 _REF.profile = PROFILE
+# KL with the contract's input clamp of (ref - logp) at 20: under the k3 value clamp of 10
+# it changes no value, and it keeps torchref's exp (and its gradient) finite.
+_KL = TorchRef()
+_KL.profile = dataclasses.replace(PROFILE, kl_ref_clamp=20.0)
 
 
 def masked_mean(tensor, mask, dim=None):
@@ -36,9 +42,9 @@ def entropy_from_logits(logits):
 
 
 def compute_approx_kl(log_probs, log_probs_base, action_mask=None, kl_penalty="kl"):
-    if not hasattr(_REF, "kl_penalty"):
+    if not hasattr(_KL, "kl_penalty"):
         raise NotImplementedError("torchref has no kl_penalty yet")
-    kl = _REF.kl_penalty(log_probs, log_probs_base, kl_penalty)
+    kl = _KL.kl_penalty(log_probs, log_probs_base, kl_penalty)
     if action_mask is None:
         return kl
     return torch.where(action_mask.bool(), kl, torch.zeros_like(kl))
@@ -108,7 +114,7 @@ def compute_token_reward(data, pipeline_config, kl_ctrl):
     rewards = token_scores
     if pipeline_config.add_token_level_kl:
         beta = kl_ctrl.value
-        rewards, metric = _REF.apply_kl_in_reward(
+        rewards, metric = _KL.apply_kl_in_reward(
             token_scores,
             data.batch["old_log_probs"],
             data.batch["ref_log_probs"],
