@@ -20,6 +20,7 @@ from rlconform.adapters.roll.logprob import LogprobBindings
 from rlconform.adapters.roll.manifest import DEVIATIONS, PROFILE
 from rlconform.adapters.roll.mask import MaskBindings
 from rlconform.adapters.roll.metrics import MetricsBindings
+from rlconform.adapters.roll.offpolicy import OffpolicyBindings
 from rlconform.adapters.roll.reward import RewardBindings
 from rlconform.adapters.roll.runtime import RollRuntime, load_runtime
 
@@ -30,6 +31,7 @@ class RollTarget(
     RewardBindings,
     KLBindings,
     AdvantageBindings,
+    OffpolicyBindings,
     AggregateBindings,
     BatchBindings,
     MetricsBindings,

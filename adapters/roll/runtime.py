@@ -97,11 +97,24 @@ def _shim_transfer_queue() -> types.ModuleType:
     return types.ModuleType("transfer_queue")
 
 
+def _shim_imageio() -> types.ModuleType:
+    """imageio: GIF/video dumps of agentic rollouts in ``roll.pipeline.agentic.utils``,
+    which ``roll.utils.train_infer_corrections`` imports for one segment-mean helper."""
+    module = types.ModuleType("imageio")
+
+    def _unavailable(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("imageio is shimmed by rlconform (not installed)")
+
+    module.mimsave = module.imwrite = module.get_writer = _unavailable
+    return module
+
+
 SHIMS = {
     "ray": _shim_ray,
     "codetiming": _shim_codetiming,
     "omegaconf": _shim_omegaconf,
     "transfer_queue": _shim_transfer_queue,
+    "imageio": _shim_imageio,
 }
 
 
@@ -141,6 +154,8 @@ class RollRuntime:
     data_proto: type | None
     data_proto_error: str | None
     protocol: types.ModuleType | None
+    corrections: types.ModuleType | None
+    corrections_error: str | None
     root: Path
     version: str
     commit: str | None
@@ -261,6 +276,11 @@ def load_runtime(framework_path: str | None = None) -> RollRuntime:
         data_proto = protocol.DataProto
     except Exception as exc:  # noqa: BLE001 - the ops that need DataProto are then skipped
         error = f"{type(exc).__name__}: {exc}"
+    corrections = corrections_error = None
+    try:
+        corrections = importlib.import_module("roll.utils.train_infer_corrections")
+    except Exception as exc:  # noqa: BLE001 - the off-policy ops are then unavailable
+        corrections_error = f"{type(exc).__name__}: {exc}"
     root = Path(functionals.__file__).resolve().parents[2]
     version = _setup_version(root) or _installed_version()
     return RollRuntime(
@@ -269,6 +289,8 @@ def load_runtime(framework_path: str | None = None) -> RollRuntime:
         data_proto=data_proto,
         data_proto_error=error,
         protocol=protocol,
+        corrections=corrections,
+        corrections_error=corrections_error,
         root=root,
         version=version,
         commit=_git_commit(root),

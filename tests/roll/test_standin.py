@@ -27,6 +27,7 @@ MUST_PASS = (
     "agg.seq_mean_token_mean",
     "batch.union",
     "batch.row_ops",
+    "offpolicy.icepop",
 )
 
 #: Clauses the manifest declares: the binding raises (the input cannot be expressed in
@@ -144,3 +145,18 @@ def test_kl_in_reward_wiring(standin):
     assert float(metric) == pytest.approx(float(want_metric), abs=1e-6)
     with pytest.raises(NotImplementedError, match="not of that form"):
         standin.apply_kl_in_reward(scores + 1.0, old, ref, mask, 0.1, "kl")
+
+
+def test_offpolicy_wiring(standin):
+    old = torch.tensor([[-0.5, -3.0, -1.0, 0.0], [-2.0, -0.75, 0.0, 0.0]])
+    rollout = torch.tensor([[-1.5, -0.25, -1.0, 0.0], [-2.25, -0.5, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 0, 0]])
+    ref = TorchRef()
+    got = standin.tis_weights(old, rollout, mask, 0.0, 2.0)
+    assert torch.allclose(got, ref.tis_weights(old, rollout, mask, 0.0, 2.0), atol=1e-6)
+    for mode in ("token_truncate", "sequence_truncate", "sequence_mask"):
+        got = standin.is_correction_weights(old, rollout, mask, mode, None, 3.0)
+        want = ref.is_correction_weights(old, rollout, mask, mode, None, 3.0)
+        assert torch.allclose(got, want, atol=1e-6), mode
+    with pytest.raises(NotImplementedError, match="upper_bound"):
+        standin.tis_weights(old, rollout, mask, 0.5, 2.0)
