@@ -11,6 +11,7 @@ BUILTIN_TARGETS: dict[str, str] = {
     "oracle": "rlconform.adapters.oracle_target:OracleTarget",
     "torchref": "rlconform.adapters.torchref:TorchRef",
     "roll": "rlconform.adapters.roll:load",
+    "verl": "rlconform.adapters.verl:load",
 }
 
 
