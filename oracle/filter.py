@@ -77,7 +77,10 @@ def sample_reason(sample: dict[str, Any], config: dict[str, Any]) -> str | None:
 
 
 def filter_samples(
-    samples: list[dict[str, Any]], config: dict[str, Any] | None = None, *, reward_key: str = "score"
+    samples: list[dict[str, Any]],
+    config: dict[str, Any] | None = None,
+    *,
+    reward_key: str = "score",
 ) -> dict[str, Any]:
     """filter.reasons / filter.stats / filter.order.
 
@@ -130,7 +133,9 @@ def _drop_duplicates(remaining: list[dict], reasons: dict[Any, str]) -> list[dic
 
 
 def _drop_outliers(remaining: list[dict], reasons: dict, k: float, reward_key: str) -> list[dict]:
-    rewards = [scalar_reward(s["reward"], reward_key, s["uid"], "filter.reasons") for s in remaining]
+    rewards = [
+        scalar_reward(s["reward"], reward_key, s["uid"], "filter.reasons") for s in remaining
+    ]
     if len(set(rewards)) <= 1:
         return remaining
     mean = math.fsum(rewards) / len(rewards)
@@ -209,7 +214,9 @@ def normalize_kept_rewards(
     pools: dict[Any, list[float]] = {}
     rewards = []
     for sample in kept:
-        reward = scalar_reward(sample["reward"], reward_key, sample["uid"], "filter.before_normalize")
+        reward = scalar_reward(
+            sample["reward"], reward_key, sample["uid"], "filter.before_normalize"
+        )
         rewards.append(reward)
         pools.setdefault(_pool_of(sample, scope), []).append(reward)
     normalized = {}

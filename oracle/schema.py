@@ -107,7 +107,9 @@ def _split_packed_tokens(renamed: dict[str, Any], uid: Any) -> None:
     clause = "schema.normalize"
     for field in ("prompt_ids", "response_ids"):
         if field in renamed:
-            raise ContractError(clause, f"given both as {PACKED_TOKENS!r} and {field!r}", uid, field)
+            raise ContractError(
+                clause, f"given both as {PACKED_TOKENS!r} and {field!r}", uid, field
+            )
     tokens = renamed.pop(PACKED_TOKENS)
     if not _is_int_list(tokens):
         raise ContractError(clause, "must be a list of int token ids", uid, PACKED_TOKENS)
@@ -156,8 +158,10 @@ def _checked(field: str, value: Any, uid: Any) -> Any:
         ok = isinstance(value, str) and value in STATUSES
         out = value
     elif field == "weight_version":
-        ok = value is None or _is_id(value) or (
-            isinstance(value, (list, tuple)) and all(_is_id(x) for x in value)
+        ok = (
+            value is None
+            or _is_id(value)
+            or (isinstance(value, (list, tuple)) and all(_is_id(x) for x in value))
         )
         out = list(value) if isinstance(value, (list, tuple)) else value
     elif field == "data_source":
@@ -191,9 +195,7 @@ def _is_int_list(x: Any) -> bool:
 
 
 def _is_reward_dict(x: Any) -> bool:
-    return isinstance(x, dict) and all(
-        isinstance(k, str) and _is_number(v) for k, v in x.items()
-    )
+    return isinstance(x, dict) and all(isinstance(k, str) and _is_number(v) for k, v in x.items())
 
 
 def _copy_reward(reward: Any) -> Any:
@@ -217,7 +219,11 @@ def find_misaligned(samples: list[dict[str, Any]]) -> list[Any]:
     len(rollout_logprobs) == len(response_ids) == len(loss_mask)."""
     misaligned = []
     for sample in samples:
-        lengths = {len(sample["response_ids"]), len(sample["rollout_logprobs"]), len(sample["loss_mask"])}
+        lengths = {
+            len(sample["response_ids"]),
+            len(sample["rollout_logprobs"]),
+            len(sample["loss_mask"]),
+        }
         if len(lengths) > 1:
             misaligned.append(sample["uid"])
     return misaligned

@@ -18,7 +18,10 @@ class FilterOps:
         return oracle_filter.filter_samples(samples, config, reward_key=reward_key)
 
     def normalize_kept_rewards(
-        self, samples: list[dict[str, Any]], config: dict[str, Any] | None = None, scope: str = "batch"
+        self,
+        samples: list[dict[str, Any]],
+        config: dict[str, Any] | None = None,
+        scope: str = "batch",
     ) -> dict[Any, float]:
         reward_key = self.profile.get("reward_key", "score")
         return oracle_filter.normalize_kept_rewards(

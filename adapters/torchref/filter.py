@@ -72,7 +72,10 @@ class FilterOps:
         return {"kept": kept, "dropped": dropped, "stats": self._stats(reason, lengths, cfg)}
 
     def normalize_kept_rewards(
-        self, samples: list[dict[str, Any]], config: dict[str, Any] | None = None, scope: str = "batch"
+        self,
+        samples: list[dict[str, Any]],
+        config: dict[str, Any] | None = None,
+        scope: str = "batch",
     ) -> dict[Any, float]:
         """filter.before_normalize: (r - mean) / (std + 1e-8) over the kept samples only.
 
@@ -170,7 +173,9 @@ class FilterOps:
         later = [first_index.get(key, i) != i for i, key in enumerate(keys)]
         return torch.tensor(later, dtype=torch.bool)
 
-    def _outliers(self, samples: list[dict[str, Any]], alive: torch.Tensor, k: float) -> torch.Tensor:
+    def _outliers(
+        self, samples: list[dict[str, Any]], alive: torch.Tensor, k: float
+    ) -> torch.Tensor:
         idx = alive.nonzero().flatten().tolist()
         outlier = torch.zeros(len(samples), dtype=torch.bool)
         if not idx:
@@ -228,7 +233,9 @@ class FilterOps:
         if isinstance(reward, dict):
             key = self.profile.get("reward_key", "score")
             if key not in reward:
-                raise ContractError(clause, f"reward dict has no key {key!r}", sample["uid"], "reward")
+                raise ContractError(
+                    clause, f"reward dict has no key {key!r}", sample["uid"], "reward"
+                )
             reward = reward[key]
         return float(reward)
 

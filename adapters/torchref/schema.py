@@ -129,23 +129,36 @@ class SchemaOps:
         if declared is not None or has_declared:
             if not _integer(declared) or declared < 0:
                 raise ContractError(
-                    "schema.normalize", f"negative or non-int length {declared!r}", uid, "response_length"
+                    "schema.normalize",
+                    f"negative or non-int length {declared!r}",
+                    uid,
+                    "response_length",
                 )
         if "tokens" in fields:
             tokens = fields.pop("tokens")
             if "prompt_ids" in fields or "response_ids" in fields:
-                raise ContractError("schema.normalize", "'tokens' with explicit ids", uid, "response_ids")
+                raise ContractError(
+                    "schema.normalize", "'tokens' with explicit ids", uid, "response_ids"
+                )
             if not has_declared:
-                raise ContractError("schema.normalize", "'tokens' needs a length", uid, "response_length")
+                raise ContractError(
+                    "schema.normalize", "'tokens' needs a length", uid, "response_length"
+                )
             if not isinstance(tokens, (list, tuple)) or declared > len(tokens):
                 raise ContractError("schema.normalize", "cannot split 'tokens'", uid, "tokens")
             split = len(tokens) - declared
-            fields["prompt_ids"], fields["response_ids"] = list(tokens[:split]), list(tokens[split:])
+            fields["prompt_ids"], fields["response_ids"] = (
+                list(tokens[:split]),
+                list(tokens[split:]),
+            )
         elif has_declared:
             response = fields.get("response_ids")
             if isinstance(response, (list, tuple)) and len(response) != declared:
                 raise ContractError(
-                    "schema.normalize", "declared length != len(response_ids)", uid, "response_length"
+                    "schema.normalize",
+                    "declared length != len(response_ids)",
+                    uid,
+                    "response_length",
                 )
         out: dict[str, Any] = {}
         for name, (required, validate) in _FIELDS.items():
@@ -153,7 +166,9 @@ class SchemaOps:
                 raise ContractError("schema.normalize", "missing", uid, name)
             ok, value = validate(fields.get(name))
             if not ok:
-                raise ContractError("schema.normalize", f"bad type/value {fields[name]!r}", uid, name)
+                raise ContractError(
+                    "schema.normalize", f"bad type/value {fields[name]!r}", uid, name
+                )
             out[name] = value
         for name, value in fields.items():
             if name not in out:
@@ -188,13 +203,17 @@ class SchemaOps:
             length = len(s["response_ids"])
             for field in ("rollout_logprobs", "loss_mask"):
                 if len(s[field]) != length:
-                    raise ContractError("schema.output", "length differs from response_ids", s["uid"], field)
+                    raise ContractError(
+                        "schema.output", "length differs from response_ids", s["uid"], field
+                    )
             reward = s["reward"]
             if reward is None:
                 raise ContractError("schema.output", "unscored sample", s["uid"], "reward")
             if isinstance(reward, dict):
                 if reward_key not in reward:
-                    raise ContractError("schema.output", f"no {reward_key!r} in reward", s["uid"], "reward")
+                    raise ContractError(
+                        "schema.output", f"no {reward_key!r} in reward", s["uid"], "reward"
+                    )
                 reward = reward[reward_key]
             scores.append(float(reward))
         device = self.device
@@ -204,9 +223,7 @@ class SchemaOps:
         width = int(lengths.max()) if batch else 0
         prompt_width = int(prompt_lengths.max()) if batch else 0
         response_mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.int64)
-        prompt_mask = (
-            torch.arange(prompt_width).flip(0).unsqueeze(0) < prompt_lengths.unsqueeze(1)
-        )
+        prompt_mask = torch.arange(prompt_width).flip(0).unsqueeze(0) < prompt_lengths.unsqueeze(1)
 
         def scatter(rows: list[list], valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
             out = torch.zeros(valid.shape, dtype=dtype)

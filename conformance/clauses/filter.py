@@ -129,8 +129,15 @@ _FILTER_EXAMPLES = (
     },
     # Rate exactly at the threshold: 3 of 10 = 0.3 is not > 0.30 (a float32 rate is).
     {
-        "samples": [_sample(f"s{i}", f"g{i}", status="aborted" if i < 3 else "completed",
-                            response_ids=[i, i + 1]) for i in range(10)],
+        "samples": [
+            _sample(
+                f"s{i}",
+                f"g{i}",
+                status="aborted" if i < 3 else "completed",
+                response_ids=[i, i + 1],
+            )
+            for i in range(10)
+        ],
         "config": {},
         "scope": "batch",
     },
@@ -210,11 +217,25 @@ def check_stats(ctx: Any, case: dict[str, Any]) -> None:
     expected, actual = _run_filter(ctx, case)
     want, got = expected["stats"], actual["stats"]
     assert_equal("filter.stats", "counts per reason", want["counts"], dict(got.get("counts", {})))
-    for key in ("generated", "kept", "dropped", "generated_tokens", "kept_tokens", "discarded_tokens"):
+    for key in (
+        "generated",
+        "kept",
+        "dropped",
+        "generated_tokens",
+        "kept_tokens",
+        "discarded_tokens",
+    ):
         assert_equal("filter.stats", key, want[key], got.get(key))
-    assert_scalar_close("filter.stats", "filter_rate", want["filter_rate"], got.get("filter_rate", math.nan),
-                        tolerance=ctx.tolerance)
-    assert_equal("filter.stats", "alert (filter_rate > alert_threshold)", want["alert"], got.get("alert"))
+    assert_scalar_close(
+        "filter.stats",
+        "filter_rate",
+        want["filter_rate"],
+        got.get("filter_rate", math.nan),
+        tolerance=ctx.tolerance,
+    )
+    assert_equal(
+        "filter.stats", "alert (filter_rate > alert_threshold)", want["alert"], got.get("alert")
+    )
 
 
 @clause(
@@ -245,7 +266,11 @@ def _junk(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The samples interleaved with samples every filter drops (tool_error, aborted,
     unscored), carrying extreme rewards, in the same groups."""
     mixed = []
-    kinds = ({"status": "tool_error", "reward": 1e3}, {"status": "aborted", "reward": -1e3}, {"reward": None})
+    kinds = (
+        {"status": "tool_error", "reward": 1e3},
+        {"status": "aborted", "reward": -1e3},
+        {"reward": None},
+    )
     for i, sample in enumerate(samples):
         mixed.append(sample)
         junk = dict(copy.deepcopy(sample), uid=f"junk-{i}", **kinds[i % 3])
@@ -291,11 +316,18 @@ def check_before_normalize(ctx: Any, case: dict[str, Any]) -> None:
     expected = oracle.normalize_kept_rewards(
         copy.deepcopy(samples), dict(config), scope=scope, reward_key=reward_key
     )
-    kept = oracle.filter_samples(copy.deepcopy(samples), dict(config), reward_key=reward_key)["kept"]
+    kept = oracle.filter_samples(copy.deepcopy(samples), dict(config), reward_key=reward_key)[
+        "kept"
+    ]
     scale = _conditioning(kept, scope, reward_key)
-    for what, batch in (("kept samples", samples), ("kept samples, dropped ones interleaved", _junk(samples))):
+    for what, batch in (
+        ("kept samples", samples),
+        ("kept samples, dropped ones interleaved", _junk(samples)),
+    ):
         actual = ctx.call("normalize_kept_rewards", copy.deepcopy(batch), dict(config), scope=scope)
-        assert_equal("filter.before_normalize", f"normalised uids ({what})", list(expected), list(actual))
+        assert_equal(
+            "filter.before_normalize", f"normalised uids ({what})", list(expected), list(actual)
+        )
         ids = list(expected)
         assert_rows_close(
             "filter.before_normalize",

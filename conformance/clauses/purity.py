@@ -24,9 +24,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from hypothesis import strategies as st
-from tensordict import TensorDict
+from tensordict import TensorDictBase
 from tensordict.tensorclass import NonTensorData, NonTensorStack
 
 from rlconform.conformance import strategies as cs
@@ -49,6 +50,8 @@ class Call:
 
 @dataclasses.dataclass(frozen=True)
 class Probe:
+    """How the purity clauses call ``op`` (see the module docstring)."""
+
     op: str
     build: Callable[[Any, dict[str, Any]], Call]
     rows: Callable[[dict[str, Any], Any], dict[Any, Any]] | None = None
@@ -68,7 +71,9 @@ def purity_probe(
 ) -> Callable[[Callable[[Any, dict[str, Any]], Call]], Callable[[Any, dict[str, Any]], Call]]:
     """Register ``build(ctx, case) -> Call`` as the purity probe of operation ``op``."""
 
-    def register(build: Callable[[Any, dict[str, Any]], Call]) -> Callable[[Any, dict[str, Any]], Call]:
+    def register(
+        build: Callable[[Any, dict[str, Any]], Call],
+    ) -> Callable[[Any, dict[str, Any]], Call]:
         if op in PROBES:
             raise ValueError(f"a purity probe for {op!r} is registered twice")
         PROBES[op] = Probe(op, build, rows, again, result)
@@ -82,14 +87,16 @@ def purity_probe(
 
 
 def freeze(value: Any) -> Any:
-    """A deep copy of ``value`` as plain data: tensors cloned, TensorDicts and non-tensor
-    stacks unpacked into dicts and lists, containers copied recursively."""
+    """A deep copy of ``value`` as plain data: tensors cloned, TensorDicts, non-tensor
+    stacks and numpy arrays unpacked into dicts and lists, containers copied recursively."""
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
-    if isinstance(value, TensorDict):
-        return {"<TensorDict>": {key: freeze(value.get(key)) for key in sorted(value.keys())}}
+    if isinstance(value, np.ndarray):
+        return {"<ndarray>": (str(value.dtype), value.shape, freeze(value.tolist()))}
     if isinstance(value, (NonTensorStack, NonTensorData)):
         return {"<NonTensor>": copy.deepcopy(value.tolist())}
+    if isinstance(value, TensorDictBase):
+        return {"<TensorDict>": {key: freeze(value.get(key)) for key in sorted(value.keys())}}
     if isinstance(value, dict):
         return {key: freeze(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -169,9 +176,14 @@ def _tensor_difference(
     return (path + (index,), e[index].item(), a[index].item())
 
 
-def describe(path: tuple, frozen: Any, uids: list[Any] = ()) -> tuple[str, Any]:
-    """A readable path (``args[0][2]['reward']``) and the sample uid it passes through."""
+def describe(path: tuple, frozen: Any, uids: list[Any] = (), call: bool = False) -> tuple[str, Any]:
+    """A readable path (``args[0][2]['reward']``) and the sample uid it passes through.
+
+    With ``call`` the frozen value is ``(args, kwargs)`` and the path starts there.
+    """
     text, uid, node = "", None, frozen
+    if call and path:
+        text, node, path = ("args", "kwargs")[path[0]], frozen[path[0]], path[1:]
     for step in path:
         if isinstance(step, tuple):  # a tensor element: its first index is the sample row
             text += "[" + ", ".join(map(str, step)) + "]"
@@ -179,7 +191,9 @@ def describe(path: tuple, frozen: Any, uids: list[Any] = ()) -> tuple[str, Any]:
                 uid = uids[step[0]]
             node = None
             continue
-        text += f"[{step!r}]" if not isinstance(step, str) or not step.startswith("<") else f".{step}"
+        text += (
+            f"[{step!r}]" if not isinstance(step, str) or not step.startswith("<") else f".{step}"
+        )
         if isinstance(node, (list, tuple)) and isinstance(step, int) and step < len(node):
             node = node[step]
             if isinstance(node, dict) and "uid" in node and uid is None:
@@ -191,13 +205,15 @@ def describe(path: tuple, frozen: Any, uids: list[Any] = ()) -> tuple[str, Any]:
     return text, uid
 
 
-def assert_unchanged(clause_id: str, op: str, before: Any, after: Any, uids: list[Any] = ()) -> None:
-    """Purity: ``after`` (frozen inputs after the call) is bit-identical to ``before``."""
+def assert_unchanged(
+    clause_id: str, op: str, before: Any, after: Any, uids: list[Any] = ()
+) -> None:
+    """Purity: the frozen ``(args, kwargs)`` after the call are bit-identical to ``before``."""
     found = first_difference(before, after)
     if found is None:
         return
     path, expected, actual = found
-    where, uid = describe(path, before, uids)
+    where, uid = describe(path, before, uids, call=True)
     sample = f" (sample uid={uid!r})" if uid is not None else ""
     raise ClauseMismatch(
         f"[{clause_id}] {op} modified its input at {where}{sample}: "
@@ -207,14 +223,21 @@ def assert_unchanged(clause_id: str, op: str, before: Any, after: Any, uids: lis
 
 
 def assert_same_output(
-    clause_id: str, what: str, expected: Any, actual: Any, *, tolerance: Tolerance | None = None
+    clause_id: str,
+    what: str,
+    expected: Any,
+    actual: Any,
+    *,
+    tolerance: Tolerance | None = None,
+    uids: list[Any] = (),
 ) -> None:
-    """Two outputs are identical (bit-level, or within ``tolerance`` for floats)."""
+    """Two outputs are identical (bit-level, or within ``tolerance`` for floats); ``uids``
+    names the sample of a tensor row in messages."""
     found = first_difference(freeze(expected), freeze(actual), tolerance=tolerance)
     if found is None:
         return
     path, e, a = found
-    where, uid = describe(path, freeze(expected))
+    where, uid = describe(path, freeze(expected), uids)
     sample = f" (sample uid={uid!r})" if uid is not None else ""
     raise ClauseMismatch(
         f"[{clause_id}] {what}: differs at {where}{sample}: expected {e!r}, actual {a!r}",
@@ -226,10 +249,15 @@ def assert_same_output(
 # The drawn case every probe builds its call from.
 
 
+# Offsets of old / ref log-probs from logp: equal, small, and an extreme log-ratio (> 20).
+_SHIFTS = (0.0, -0.5, 0.25, -25.0)
+
+
 @st.composite
 def purity_case(draw: Any) -> dict[str, Any]:
     """1-5 samples; each sample has token_batch fields (uid, group, mask, per-token float
-    lists values / logp / old / ref, a float reward on a 0.25 grid so that batch sums are
+    lists values / logp / old / ref, old and ref being logp shifted by a drawn offset, up
+    to an extreme log-ratio of 25; a float reward on a 0.25 grid so that batch sums are
     exact in any order) and canonical rollout fields (prompt_ids, response_ids,
     rollout_logprobs, loss_mask, status, weight_version, data_source). The case also has
     pad_value, extra_pad, a seed and a permutation ``perm`` of the sample indices
@@ -246,21 +274,23 @@ def purity_case(draw: Any) -> dict[str, Any]:
         def floats(lo: float, hi: float, size: int = length) -> list[float]:
             return draw(st.lists(cs.finite(lo, hi), min_size=size, max_size=size))
 
+        logp = floats(-8.0, 0.0)
+        old_shift, ref_shift = draw(st.sampled_from(_SHIFTS)), draw(st.sampled_from(_SHIFTS))
         samples.append(
             {
                 "uid": f"s{i}",
                 "group": groups[i],
                 "mask": mask,
                 "values": floats(-5.0, 5.0),
-                "logp": floats(-8.0, 0.0),
-                "old": floats(-8.0, 0.0),
-                "ref": floats(-8.0, 0.0),
+                "logp": logp,
+                "old": [x + old_shift for x in logp],
+                "ref": [x + ref_shift for x in logp],
                 "reward": draw(st.integers(-12, 12)) / 4,
                 "prompt_ids": draw(st.lists(st.integers(0, 9), max_size=3)),
                 "response_ids": draw(st.lists(st.integers(0, 9), min_size=length, max_size=length)),
-                "rollout_logprobs": floats(-8.0, 0.0),
+                "rollout_logprobs": [x + ref_shift for x in logp],
                 "loss_mask": list(mask),
-                "status": draw(st.sampled_from(STATUSES)),
+                "status": draw(st.sampled_from(("completed", "completed") + STATUSES)),
                 "weight_version": draw(st.integers(0, 3)),
                 "data_source": draw(st.sampled_from(["math", "code"])),
             }
@@ -274,27 +304,53 @@ def purity_case(draw: Any) -> dict[str, Any]:
     }
 
 
+def _pinned_sample(
+    uid: str, group: str, mask: list[int], reward: float, status: str, logp: list[float]
+) -> dict[str, Any]:
+    """A purity_case sample for a pinned example (the case itself stays plain data)."""
+    return {
+        "uid": uid,
+        "group": group,
+        "mask": mask,
+        "values": [1.0 + 0.00001 * t for t in range(len(mask))],
+        "logp": logp,
+        "old": [x - 0.5 for x in logp],
+        "ref": [x + 1.0 for x in logp],
+        "reward": reward,
+        "prompt_ids": [4, 5][: len(uid) % 3],
+        "response_ids": [int(uid[1:]) + t for t in range(len(mask))],
+        "rollout_logprobs": [x - 0.5 for x in logp],
+        "loss_mask": list(mask),
+        "status": status,
+        "weight_version": 1,
+        "data_source": "math",
+    }
+
+
 _PURITY_EXAMPLES = (
-    # L_i = 0 next to a full row, NaN padding, a group of one and a pair, reversed order.
+    # L_i = 0 next to a full row, NaN padding, a group of one and a pair, extreme log-probs.
     {
         "samples": [
-            {"uid": "s0", "group": "g0", "mask": [], "values": [], "logp": [], "old": [], "ref": [],
-             "reward": 1.0, "prompt_ids": [1], "response_ids": [], "rollout_logprobs": [],
-             "loss_mask": [], "status": "aborted", "weight_version": 0, "data_source": "math"},
-            {"uid": "s1", "group": "g1", "mask": [1, 0, 1], "values": [0.5, 2.0, -1.0],
-             "logp": [-0.1, -2.0, -30.0], "old": [-0.2, -1.0, -0.5], "ref": [-0.3, -0.7, -9.0],
-             "reward": 2.0, "prompt_ids": [4, 5], "response_ids": [7, 8, 9],
-             "rollout_logprobs": [-0.2, -1.0, -0.5], "loss_mask": [1, 0, 1], "status": "completed",
-             "weight_version": 1, "data_source": "code"},
-            {"uid": "s2", "group": "g1", "mask": [1, 1], "values": [1.0, 1.00001],
-             "logp": [-1.0, -1.0], "old": [-1.0, -1.0], "ref": [-1.0, -1.0], "reward": -1.5,
-             "prompt_ids": [], "response_ids": [3, 3], "rollout_logprobs": [-1.0, -1.0],
-             "loss_mask": [1, 1], "status": "truncated", "weight_version": 1, "data_source": "math"},
+            _pinned_sample("s0", "g0", [], 1.0, "aborted", []),
+            _pinned_sample("s1", "g1", [1, 0, 1], 2.0, "completed", [-0.1, -2.0, -30.0]),
+            _pinned_sample("s2", "g1", [1, 1, 1, 1, 1, 1], -1.5, "truncated", [-100.0] * 6),
         ],
         "pad_value": float("nan"),
         "extra_pad": 2,
         "seed": 3,
         "perm": [2, 0, 1],
+    },
+    # Two interleaved groups, all kept: a grouping by position instead of by label differs
+    # between the two orders.
+    {
+        "samples": [
+            _pinned_sample(f"s{i}", f"g{i % 2}", [1, 1], reward, "completed", [-1.0, -2.0])
+            for i, reward in enumerate([0.0, 1.0, -0.5, 2.5])
+        ],
+        "pad_value": 7.5,
+        "extra_pad": 0,
+        "seed": 3,
+        "perm": [0, 2, 1, 3],
     },
 )
 
@@ -338,7 +394,9 @@ def check_no_mutation(ctx: Any, case: dict[str, Any]) -> None:
         call = probe.build(ctx, case)
         before = freeze((call.args, call.kwargs))
         ctx.call(probe.op, *call.args, **call.kwargs)
-        assert_unchanged("purity.no_mutation", probe.op, before, freeze((call.args, call.kwargs)), call.uids)
+        assert_unchanged(
+            "purity.no_mutation", probe.op, before, freeze((call.args, call.kwargs)), call.uids
+        )
 
 
 @clause(
@@ -359,7 +417,13 @@ def check_idempotent(ctx: Any, case: dict[str, Any]) -> None:
         repeat = probe.again(call, once)
         twice = ctx.call(probe.op, *repeat.args, **repeat.kwargs)
         view = probe.result or (lambda output: output)
-        assert_same_output("purity.idempotent", f"{probe.op} applied twice vs once", view(once), view(twice))
+        assert_same_output(
+            "purity.idempotent",
+            f"{probe.op} applied twice vs once",
+            view(once),
+            view(twice),
+            uids=call.uids,
+        )
 
 
 @clause(
@@ -378,7 +442,9 @@ def check_deterministic(ctx: Any, case: dict[str, Any]) -> None:
         first_call, second_call = probe.build(ctx, case), probe.build(ctx, case)
         first = ctx.call(probe.op, *first_call.args, **first_call.kwargs)
         second = ctx.call(probe.op, *second_call.args, **second_call.kwargs)
-        assert_same_output("purity.deterministic", f"{probe.op} run twice", first, second)
+        assert_same_output(
+            "purity.deterministic", f"{probe.op} run twice", first, second, uids=first_call.uids
+        )
 
 
 @clause(
@@ -399,7 +465,9 @@ def check_order(ctx: Any, case: dict[str, Any]) -> None:
         call = probe.build(ctx, case)
         call_shuffled = probe.build(ctx, shuffled)
         rows = probe.rows(case, ctx.call(probe.op, *call.args, **call.kwargs))
-        rows_shuffled = probe.rows(shuffled, ctx.call(probe.op, *call_shuffled.args, **call_shuffled.kwargs))
+        rows_shuffled = probe.rows(
+            shuffled, ctx.call(probe.op, *call_shuffled.args, **call_shuffled.kwargs)
+        )
         assert_same_output(
             "purity.order",
             f"{probe.op} on samples permuted to {case['perm']} (per uid)",
@@ -428,10 +496,7 @@ _CANONICAL_KEYS = (
 
 def canonical_samples(case: dict[str, Any]) -> list[dict[str, Any]]:
     """The case's samples as canonical rollout samples (fresh lists)."""
-    return [
-        {key: copy.deepcopy(s[key]) for key in _CANONICAL_KEYS}
-        for s in case["samples"]
-    ]
+    return [{key: copy.deepcopy(s[key]) for key in _CANONICAL_KEYS} for s in case["samples"]]
 
 
 def _framework_records(ctx: Any, case: dict[str, Any]) -> Call:

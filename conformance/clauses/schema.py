@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
-from tensordict import TensorDict
+from tensordict import TensorDictBase
 from tensordict.tensorclass import NonTensorData, NonTensorStack
 
 from rlconform.conformance import strategies as cs
@@ -73,7 +73,9 @@ def rollout_samples(
         else:
             response = draw(st.lists(st.integers(0, 3), max_size=cs.MAX_LEN))
         length = len(response)
-        logprobs = draw(st.lists(cs.finite(-8, 0), min_size=length, max_size=length))
+        logprobs = draw(
+            st.lists(st.floats(-8, 0, allow_nan=False), min_size=length, max_size=length)
+        )
         mask = draw(cs.loss_mask(length))
         if non_finite and length and draw(st.integers(0, 5)) == 0:
             logprobs[draw(st.integers(0, length - 1))] = draw(st.sampled_from(NON_FINITE))
@@ -156,7 +158,9 @@ def _records(draw: Any) -> dict[str, Any]:
 
 
 def _apply_defect(draw: Any, record: dict[str, Any], used: dict[str, str]) -> dict[str, str]:
-    kind = draw(st.sampled_from(["missing", "wrong_type", "negative_length", "given_twice", "missing_uid"]))
+    kind = draw(
+        st.sampled_from(["missing", "wrong_type", "negative_length", "given_twice", "missing_uid"])
+    )
     if kind == "missing_uid":
         del record["uid"]
         return {"kind": kind, "field": "uid", "key": "uid"}
@@ -178,7 +182,11 @@ def _apply_defect(draw: Any, record: dict[str, Any], used: dict[str, str]) -> di
     return {"kind": kind, "field": field, "key": other}
 
 
+_DELETE = object()
+
+
 def _record(uid: Any, **fields: Any) -> dict[str, Any]:
+    """A valid canonical record; a field given as ``_DELETE`` is left out."""
     base = {
         "uid": uid,
         "group": "g0",
@@ -197,42 +205,96 @@ def _record(uid: Any, **fields: Any) -> dict[str, Any]:
     return base
 
 
-_DELETE = object()
-
 _NORMALIZE_EXAMPLES = (
     # One record per framework spelling: verl, slime (packed tokens), ROLL, TRL / OpenRLHF.
     {
         "records": [
-            {"uid": "u0", "group": "p0", "prompts": [5, 6], "responses": [1, 2],
-             "response_logprobs": [-0.5, -1.0], "response_mask": [1, 1], "score": 1.0,
-             "status": "completed", "data_source": "gsm8k"},
-            {"uid": "u1", "group_index": 0, "tokens": [5, 6, 1, 2, 3], "response_length": 3,
-             "rollout_log_probs": [-0.5, 0.0, -0.25], "loss_mask": [1, 0, 1],
-             "reward": {"score": 1.0, "format": 0.5}, "status": "truncated",
-             "weight_versions": ["7", "8"]},
-            {"uid": "u2", "prompt_id": "p1", "prompt_ids": [5], "response_ids": [],
-             "infer_logprobs": [], "loss_mask": [], "response_level_rewards": 0.0,
-             "status": "aborted", "domain": "code", "temperature": 0.7, "top_k": 20, "top_p": 0.9},
-            {"uid": 7, "group": 3, "prompt_ids": [], "completion_ids": [4],
-             "rollout_logprobs": [float("nan")], "action_mask": [1], "reward": None,
-             "status": "tool_error", "metadata": {"turns": [1, 2]}},
+            {
+                "uid": "u0",
+                "group": "p0",
+                "prompts": [5, 6],
+                "responses": [1, 2],
+                "response_logprobs": [-0.1, -1.0],
+                "response_mask": [1, 1],
+                "score": 1.0,
+                "status": "completed",
+                "data_source": "gsm8k",
+            },
+            {
+                "uid": "u1",
+                "group_index": 0,
+                "tokens": [5, 6, 1, 2, 3],
+                "response_length": 3,
+                "rollout_log_probs": [-0.5, 0.0, -0.25],
+                "loss_mask": [1, 0, 1],
+                "reward": {"score": 1.0, "format": 0.5},
+                "status": "truncated",
+                "weight_versions": ["7", "8"],
+            },
+            {
+                "uid": "u2",
+                "prompt_id": "p1",
+                "prompt_ids": [5],
+                "response_ids": [],
+                "infer_logprobs": [],
+                "loss_mask": [],
+                "response_level_rewards": 0.0,
+                "status": "aborted",
+                "domain": "code",
+                "temperature": 0.7,
+                "top_k": 20,
+                "top_p": 0.9,
+            },
+            {
+                "uid": 7,
+                "group": 3,
+                "prompt_ids": [],
+                "completion_ids": [4],
+                "rollout_logprobs": [float("nan")],
+                "action_mask": [1],
+                "reward": None,
+                "status": "tool_error",
+                "metadata": {"turns": [1, 2]},
+            },
         ],
         "defect": None,
     },
     # slime: L_i = 0 inside packed tokens.
-    {"records": [_record("u0", prompt_ids=_DELETE, response_ids=_DELETE, tokens=[5, 6],
-                         response_length=0, rollout_logprobs=[], loss_mask=[])], "defect": None},
+    {
+        "records": [
+            _record(
+                "u0",
+                prompt_ids=_DELETE,
+                response_ids=_DELETE,
+                tokens=[5, 6],
+                response_length=0,
+                rollout_logprobs=[],
+                loss_mask=[],
+            )
+        ],
+        "defect": None,
+    },
     {"records": [], "defect": None},
-    {"records": [_record("u0"), _record("u1", reward=_DELETE)],
-     "defect": {"kind": "missing", "field": "reward", "key": "reward"}},
-    {"records": [_record("u0", response_length=-1)],
-     "defect": {"kind": "negative_length", "field": "response_length", "key": "response_length"}},
-    {"records": [_record(1001, reward="0.5")],
-     "defect": {"kind": "wrong_type", "field": "reward", "key": "reward"}},
-    {"records": [_record("u0", score=1.0)],
-     "defect": {"kind": "given_twice", "field": "reward", "key": "score"}},
-    {"records": [_record("u0", status="pending")],
-     "defect": {"kind": "wrong_type", "field": "status", "key": "status"}},
+    {
+        "records": [_record("u0"), _record("u1", reward=_DELETE)],
+        "defect": {"kind": "missing", "field": "reward", "key": "reward"},
+    },
+    {
+        "records": [_record("u0", response_length=-1)],
+        "defect": {"kind": "negative_length", "field": "response_length", "key": "response_length"},
+    },
+    {
+        "records": [_record(1001, reward="0.5")],
+        "defect": {"kind": "wrong_type", "field": "reward", "key": "reward"},
+    },
+    {
+        "records": [_record("u0", score=1.0)],
+        "defect": {"kind": "given_twice", "field": "reward", "key": "score"},
+    },
+    {
+        "records": [_record("u0", status="pending")],
+        "defect": {"kind": "wrong_type", "field": "status", "key": "status"},
+    },
 )
 
 
@@ -248,19 +310,34 @@ def expect_error_naming(
         raise ClauseMismatch(
             f"[{clause_id}] {op} accepted bad input; expected an error naming sample "
             f"uid={error.uid!r} and field {error.field!r} ({error})",
-            detail={"what": "error on bad input", "uid": error.uid, "expected": str(error), "actual": None},
+            detail={
+                "what": "error on bad input",
+                "uid": error.uid,
+                "expected": str(error),
+                "actual": None,
+            },
         )
     if error.uid is not None and str(error.uid) not in message:
         raise ClauseMismatch(
             f"[{clause_id}] {op}'s error does not name the sample uid={error.uid!r}: {message!r}",
-            detail={"what": "error names uid", "uid": error.uid, "expected": str(error), "actual": message},
+            detail={
+                "what": "error names uid",
+                "uid": error.uid,
+                "expected": str(error),
+                "actual": message,
+            },
         )
     names = {error.field} | keys
     if not any(name and name in message for name in names):
         raise ClauseMismatch(
             f"[{clause_id}] {op}'s error does not name the field {error.field!r} "
             f"(sample uid={error.uid!r}): {message!r}",
-            detail={"what": "error names field", "uid": error.uid, "expected": str(error), "actual": message},
+            detail={
+                "what": "error names field",
+                "uid": error.uid,
+                "expected": str(error),
+                "actual": message,
+            },
         )
 
 
@@ -278,16 +355,28 @@ def expect_error_naming(
 )
 def check_normalize(ctx: Any, case: dict[str, Any]) -> None:
     records = copy.deepcopy(case["records"])
-    before = freeze(records)
+    before = freeze(((records,), {}))
     try:
         expected = oracle.normalize_samples(copy.deepcopy(records))
     except ContractError as error:
         defect = case.get("defect") or {}
-        expect_error_naming("schema.normalize", ctx, "normalize_samples", (records,), error, {defect.get("key")})
-        assert_unchanged("schema.normalize", "normalize_samples", before, freeze(records))
+        expect_error_naming(
+            "schema.normalize", ctx, "normalize_samples", (records,), error, {defect.get("key")}
+        )
+        assert_unchanged("schema.normalize", "normalize_samples", before, freeze(((records,), {})))
         return
-    actual = ctx.call("normalize_samples", records)
-    assert_unchanged("schema.normalize", "normalize_samples", before, freeze(records))
+    try:
+        actual = ctx.call("normalize_samples", records)
+    except TargetError as failure:
+        raise ClauseMismatch(
+            f"[schema.normalize] normalize_samples rejected valid records: {failure.summary}",
+            detail={
+                "what": "valid records",
+                "expected": "canonical samples",
+                "actual": failure.summary,
+            },
+        ) from failure
+    assert_unchanged("schema.normalize", "normalize_samples", before, freeze(((records,), {})))
     assert_same_output("schema.normalize", "canonical samples (bit-identical)", expected, actual)
 
 
@@ -296,13 +385,15 @@ def check_normalize(ctx: Any, case: dict[str, Any]) -> None:
 
 _ALIGNMENT_EXAMPLES = (
     {"samples": []},
-    {"samples": [
-        _record("u0"),
-        _record("u1", loss_mask=[1, 1]),  # the mask alone is short
-        _record("u2", rollout_logprobs=[-1.0, -1.0, -1.0, -1.0]),  # one log-prob too many
-        _record("u3", response_ids=[], rollout_logprobs=[-0.1], loss_mask=[]),  # L_i = 0
-        _record("u4", response_ids=[], rollout_logprobs=[], loss_mask=[]),
-    ]},
+    {
+        "samples": [
+            _record("u0"),
+            _record("u1", loss_mask=[1, 1]),  # the mask alone is short
+            _record("u2", rollout_logprobs=[-1.0, -1.0, -1.0, -1.0]),  # one log-prob too many
+            _record("u3", response_ids=[], rollout_logprobs=[-0.1], loss_mask=[]),  # L_i = 0
+            _record("u4", response_ids=[], rollout_logprobs=[], loss_mask=[]),
+        ]
+    },
 )
 
 
@@ -347,13 +438,30 @@ def _output_case(draw: Any) -> dict[str, Any]:
 
 _OUTPUT_EXAMPLES = (
     {"samples": [], "defect": None},
-    {"samples": [
-        _record("u0", prompt_ids=[], response_ids=[], rollout_logprobs=[], loss_mask=[],
-                weight_version=3, data_source="math"),
-        _record("u1", prompt_ids=[9, 8, 7], response_ids=[1, 2, 3, 4, 5, 6],
-                rollout_logprobs=[-0.1, -0.2, -0.3, -0.4, -0.5, -60.0], loss_mask=[1, 0, 0, 1, 1, 1],
-                reward={"score": 1.0, "format": -0.5}, status="failed", weight_version=["v1", "v2"]),
-    ], "defect": None},
+    {
+        "samples": [
+            _record(
+                "u0",
+                prompt_ids=[],
+                response_ids=[],
+                rollout_logprobs=[],
+                loss_mask=[],
+                weight_version=3,
+                data_source="math",
+            ),
+            _record(
+                "u1",
+                prompt_ids=[9, 8, 7],
+                response_ids=[1, 2, 3, 4, 5, 6],
+                rollout_logprobs=[-0.1, -0.2, -0.3, -0.4, -0.5, -60.0],
+                loss_mask=[1, 0, 0, 1, 1, 1],
+                reward={"score": 1.0, "format": -0.5},
+                status="failed",
+                weight_version=["v1", "v2"],
+            ),
+        ],
+        "defect": None,
+    },
     {"samples": [_record("u0"), _record("u1", reward=None)], "defect": "unscored"},
     {"samples": [_record(1001, loss_mask=[1, 1])], "defect": "misaligned"},
 )
@@ -363,7 +471,7 @@ _PER_TOKEN = ("responses", "response_mask", "loss_mask", "rollout_logprobs")
 
 def column(batch: Any, name: str) -> Any:
     """A field of the output batch: a tensor, or the list of per-row Python values."""
-    if isinstance(batch, TensorDict):
+    if isinstance(batch, TensorDictBase):
         if name not in batch.keys():
             return None
         value = batch.get(name)
@@ -389,7 +497,9 @@ def _check_layout(ctx: Any, batch: Any, columns: dict[str, list]) -> dict[str, A
     for name, (kind, dtype, shape) in oracle.BATCH_SCHEMA.items():
         value = column(batch, name)
         if value is None:
-            raise _schema_mismatch(name, "missing from the output batch", f"{kind} {dtype} ({shape})", None)
+            raise _schema_mismatch(
+                name, "missing from the output batch", f"{kind} {dtype} ({shape})", None
+            )
         if kind == "non_tensor":
             if isinstance(value, torch.Tensor) or len(value) != n:
                 raise _schema_mismatch(name, "not one Python value per row", n, value)
@@ -402,18 +512,28 @@ def _check_layout(ctx: Any, batch: Any, columns: dict[str, list]) -> dict[str, A
             raise _schema_mismatch(name, "wrong dtype", want, value.dtype)
         dims = shape.split(",")
         if value.dim() != len(dims) or value.shape[0] != n:
-            raise _schema_mismatch(name, "wrong shape", shape.replace("B", str(n)), tuple(value.shape))
+            raise _schema_mismatch(
+                name, "wrong shape", shape.replace("B", str(n)), tuple(value.shape)
+            )
         if "T" in dims:
             widths.add(value.shape[1])
         fields[name] = value
     longest = max((len(r) for r in columns["responses"]), default=0)
     if len(widths) > 1 or (widths and min(widths) < longest):
-        raise _schema_mismatch("responses", "per-token fields disagree in width or are too narrow",
-                               f"one width >= {longest}", sorted(widths))
+        raise _schema_mismatch(
+            "responses",
+            "per-token fields disagree in width or are too narrow",
+            f"one width >= {longest}",
+            sorted(widths),
+        )
     longest_prompt = max((len(r) for r in columns["prompts"]), default=0)
     if fields["prompts"].shape[1] < longest_prompt:
-        raise _schema_mismatch("prompts", "narrower than the longest prompt", longest_prompt,
-                               fields["prompts"].shape[1])
+        raise _schema_mismatch(
+            "prompts",
+            "narrower than the longest prompt",
+            longest_prompt,
+            fields["prompts"].shape[1],
+        )
     return fields
 
 
@@ -435,7 +555,9 @@ def check_output(ctx: Any, case: dict[str, Any]) -> None:
     try:
         columns = oracle.build_batch(samples, reward_key=reward_key)
     except ContractError as error:
-        expect_error_naming("schema.output", ctx, "build_batch", (copy.deepcopy(samples),), error, set())
+        expect_error_naming(
+            "schema.output", ctx, "build_batch", (copy.deepcopy(samples),), error, set()
+        )
         return
     batch = ctx.call("build_batch", copy.deepcopy(samples))
     fields = _check_layout(ctx, batch, columns)
@@ -444,22 +566,43 @@ def check_output(ctx: Any, case: dict[str, Any]) -> None:
     for name in _PER_TOKEN:
         actual = unpad_right(fields[name], lengths)
         if name == "rollout_logprobs":
-            assert_rows_close("schema.output", name, columns[name], actual, uids=ids, tolerance=ctx.tolerance)
+            assert_rows_close(
+                "schema.output", name, columns[name], actual, uids=ids, tolerance=ctx.tolerance
+            )
         else:
             assert_rows_equal("schema.output", name, columns[name], actual, uids=ids)
         assert_padding_zero("schema.output", name, fields[name], lengths, ids)
     prompt_lengths = [len(r) for r in columns["prompts"]]
     prompt_rows = [list(reversed(r)) for r in fields["prompts"].tolist()]
     reversed_prompts = [list(reversed(r)) for r in columns["prompts"]]
-    assert_rows_equal("schema.output", "prompts (left-padded)", reversed_prompts,
-                      [r[:n] for r, n in zip(prompt_rows, prompt_lengths)], uids=ids)
+    assert_rows_equal(
+        "schema.output",
+        "prompts (left-padded)",
+        reversed_prompts,
+        [r[:n] for r, n in zip(prompt_rows, prompt_lengths)],
+        uids=ids,
+    )
     for uid, row, n in zip(ids, prompt_rows, prompt_lengths):
         if any(v != 0 for v in row[n:]):
-            raise _schema_mismatch("prompts", f"left padding is not 0 for sample uid={uid!r}", 0, row[n:])
-    assert_rows_close("schema.output", "scores", [[s] for s in columns["scores"]],
-                      [[s] for s in fields["scores"].tolist()], uids=ids, tolerance=ctx.tolerance)
-    assert_equal("schema.output", "prefilter_length", columns["prefilter_length"],
-                 fields["prefilter_length"].tolist())
+            raise _schema_mismatch(
+                "prompts", f"left padding is not 0 for sample uid={uid!r}", 0, row[n:]
+            )
+    assert_rows_close(
+        "schema.output",
+        "scores",
+        [[s] for s in columns["scores"]],
+        [[s] for s in fields["scores"].tolist()],
+        uids=ids,
+        tolerance=ctx.tolerance,
+    )
+    assert_equal(
+        "schema.output",
+        "prefilter_length",
+        columns["prefilter_length"],
+        fields["prefilter_length"].tolist(),
+    )
     for name, (kind, _, _) in oracle.BATCH_SCHEMA.items():
         if kind == "non_tensor":
-            assert_same_output("schema.output", f"debug field {name!r}", columns[name], fields[name])
+            assert_same_output(
+                "schema.output", f"debug field {name!r}", columns[name], fields[name]
+            )
