@@ -12,8 +12,10 @@ A probe tells the purity clauses how to call one operation from a drawn ``purity
 ``rows(case, output)`` (for purity.order) maps the output to ``{uid: that sample's part}``
 (plus any batch-level entries under non-uid keys); ``again(call, output)`` (for
 purity.idempotent) is the call that re-applies the operation to its own output, and
-``result(output)`` the part of the output that must then be unchanged. A probe whose
-operation the target lacks is not run; a clause with no runnable probe is skipped.
+``result(output)`` the part of the output that must then be unchanged. A probe of an
+operation that takes a seed passes ``case["seed"]``; purity.deterministic calls it twice
+with the same one. A probe whose operation the target lacks is not run; a clause with no
+runnable probe is skipped ("not implemented by target").
 """
 
 from __future__ import annotations

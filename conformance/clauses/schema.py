@@ -30,10 +30,15 @@ NON_FINITE = (float("nan"), float("inf"), -float("inf"))
 # Strategies: canonical rollout samples (CONTRACT §1) with the §3 boundary classes.
 
 
+def _sometimes(n: int) -> st.SearchStrategy[bool]:
+    """True about once in ``n`` draws (integers() would favour its bounds)."""
+    return st.sampled_from([False] * (n - 1) + [True])
+
+
 @st.composite
 def reward_values(draw: Any, *, unscored: bool = True, non_finite: bool = True) -> Any:
     """A reward: general, binary, nearly equal (1.0 vs 1.00001), a dict, None, NaN/inf."""
-    kinds = ["general", "binary", "binary", "near_equal", "dict"]
+    kinds = ["general", "general", "binary", "binary", "near_equal", "dict"]
     kinds += ["none"] * unscored + ["non_finite"] * non_finite
     kind = draw(st.sampled_from(kinds))
     if kind == "none":
@@ -68,7 +73,7 @@ def rollout_samples(
     samples: list[dict[str, Any]] = []
     for i in range(n):
         same_group = [s for s in samples if s["group"] == groups[i]]
-        if same_group and draw(st.integers(0, 2)) == 0:
+        if same_group and draw(_sometimes(3)):
             response = list(draw(st.sampled_from(same_group))["response_ids"])
         else:
             response = draw(st.lists(st.integers(0, 3), max_size=cs.MAX_LEN))
@@ -77,9 +82,9 @@ def rollout_samples(
             st.lists(st.floats(-8, 0, allow_nan=False), min_size=length, max_size=length)
         )
         mask = draw(cs.loss_mask(length))
-        if non_finite and length and draw(st.integers(0, 5)) == 0:
+        if non_finite and length and draw(_sometimes(8)):
             logprobs[draw(st.integers(0, length - 1))] = draw(st.sampled_from(NON_FINITE))
-        if misaligned and draw(st.integers(0, 5)) == 0:
+        if misaligned and draw(_sometimes(8)):
             target = draw(st.sampled_from([logprobs, mask]))
             if target and draw(st.booleans()):
                 target.pop()
@@ -93,7 +98,7 @@ def rollout_samples(
             "rollout_logprobs": logprobs,
             "loss_mask": mask,
             "reward": draw(reward_values(unscored=unscored, non_finite=non_finite)),
-            "status": draw(st.sampled_from(oracle.STATUSES)),
+            "status": draw(st.sampled_from(("completed",) * 3 + oracle.STATUSES)),
             "weight_version": draw(st.one_of(st.none(), st.integers(0, 3), st.just(["v1", "v2"]))),
             "data_source": draw(st.sampled_from([None, "math", "code"])),
         }
@@ -134,17 +139,17 @@ def _records(draw: Any) -> dict[str, Any]:
         record: dict[str, Any] = {}
         used: dict[str, str] = {}
         for field, value in sample.items():
-            if field in oracle.OPTIONAL_FIELDS and draw(st.integers(0, 3)) == 0:
+            if field in oracle.OPTIONAL_FIELDS and draw(_sometimes(4)):
                 continue
             name = draw(st.sampled_from((field,) + oracle.ALIASES.get(field, ())))
             record[name] = value
             used[field] = name
-        if draw(st.integers(0, 3)) == 0:
+        if draw(_sometimes(4)):
             for field in ("prompt_ids", "response_ids"):
                 del record[used.pop(field)]
             record["tokens"] = sample["prompt_ids"] + sample["response_ids"]
             record["response_length"] = len(sample["response_ids"])
-        elif draw(st.integers(0, 4)) == 0:
+        elif draw(_sometimes(5)):
             record["response_length"] = len(sample["response_ids"])
         if draw(st.booleans()):
             record["metadata"] = {"turns": [1, 2], "tool": {"name": "python"}}
@@ -422,7 +427,7 @@ def check_alignment(ctx: Any, case: dict[str, Any]) -> None:
 def _output_case(draw: Any) -> dict[str, Any]:
     samples = draw(rollout_samples(misaligned=False, non_finite=False, unscored=False))
     defect = None
-    if samples and draw(st.integers(0, 3)) == 0:
+    if samples and draw(_sometimes(4)):
         index = draw(st.integers(0, len(samples) - 1))
         kind = draw(st.sampled_from(["unscored", "misaligned", "no_reward_key"]))
         sample = samples[index]
