@@ -68,6 +68,12 @@ def K3(d: float) -> float:
 
 # (clause, output key, value by hand, relative tolerance; 0 = bit-exact)
 WORKED = [
+    # filter.stats: 8 samples, one truncated, one logprob/length mismatch, one missing
+    # reward -> 5 kept, rate 3/8 = 0.375 > 0.30, alert raised.
+    ("filter.stats", "generated", 8, 0),
+    ("filter.stats", "kept", 5, 0),
+    ("filter.stats", "filter_rate", 0.375, 0),
+    ("filter.stats", "alert", True, 0),
     # mask.loss: 20 positions, 4 + 5 = 9 action tokens of 2.0 and 4.0 -> 28/9, not /20.
     ("mask.loss", "padded_positions", 20, 0),
     ("mask.loss", "valid_tokens", 9, 0),
@@ -190,3 +196,25 @@ def test_the_search_is_not_blind():
     assert not found("mask.loss", "masked_mean", 28 / 20)
     assert not found("metrics.token_accounting", "kept", 262_145)
     assert not found("reward.td_target", "td_targets", [0.2, 0.9])
+    assert not found("filter.stats", "alert", "yes")
+
+
+# Worked examples whose numbers must come from one and the same case.
+JOINT = [
+    (
+        "filter.stats",
+        {"generated": 8, "kept": 5, "dropped": 3, "filter_rate": 0.375, "alert": True},
+    ),
+    ("metrics.token_accounting", {"generated": 1_048_576, "kept": 262_144, "discarded": 786_432}),
+    ("mask.loss", {"padded_positions": 20, "valid_tokens": 9, "masked_mean": 28 / 9}),
+]
+
+
+@pytest.mark.parametrize(("clause", "numbers"), JOINT, ids=[c for c, _ in JOINT])
+def test_worked_example_numbers_share_one_case(clause, numbers):
+    matching = [
+        case["name"]
+        for case in committed_cases(clause)
+        if all(same(case["expected"].get(k), v, 0.0) for k, v in numbers.items())
+    ]
+    assert matching, f"no single committed case of {clause} holds all of {numbers}"
