@@ -48,6 +48,10 @@ _OUTCOME_SUM = (
     "garbage at padding and rewards sitting at mask holes enter the group statistics"
 )
 _OUTCOME_SCOPE = ("padding_garbage", "mask_holes")
+_EMPTY_WIDTH_CRASH = (
+    "the purity probes reach assemble_rm_scores, which indexes column L-1 = -1 of each row: "
+    "when every response is empty and the response width is 0 it raises IndexError"
+)
 
 DEVIATIONS: dict[str, str | Deviation] = {
     "reward.place_last": Deviation(
@@ -185,6 +189,9 @@ DEVIATIONS: dict[str, str | Deviation] = {
         "|exp(old) - exp(rollout)|, a probability gap, not |old - rollout|; with no action "
         "token it is NaN"
     ),
+    "purity.no_mutation": Deviation(_EMPTY_WIDTH_CRASH, scope=("empty_response",)),
+    "purity.deterministic": Deviation(_EMPTY_WIDTH_CRASH, scope=("empty_response",)),
+    "purity.order": Deviation(_EMPTY_WIDTH_CRASH, scope=("empty_response",)),
     # Whole clause (batch.*): the batch cases carry no samples or masks for a scope to read;
     # the breaks are properties of the values (NaN in a shared key, a zero-width tensor, the
     # lengths KK is given).
