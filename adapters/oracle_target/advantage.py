@@ -11,27 +11,20 @@ from typing import Any
 
 import torch
 
-from rlconform.conformance.harness import pad_right, to_float_list
+from rlconform.adapters.oracle_target._convert import binary_rows, pad_like
+from rlconform.conformance.harness import to_float_list
 from rlconform.oracle import advantage as oracle
-
-
-def _masks(response_mask: torch.Tensor) -> list[list[int]]:
-    return [[1 if m else 0 for m in row] for row in response_mask.bool().tolist()]
 
 
 def _labels(index: Any) -> list[Any]:
     return index.tolist() if hasattr(index, "tolist") else list(index)
 
 
-def _padded(rows: list[list[float]], like: torch.Tensor) -> torch.Tensor:
-    return pad_right(rows, width=like.shape[-1], dtype=like.dtype, device=like.device)
-
-
 def _pair(
     result: tuple[list[list[float]], list[list[float]]], like: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     advantages, returns = result
-    return _padded(advantages, like), _padded(returns, like)
+    return pad_like(advantages, like), pad_like(returns, like)
 
 
 class AdvantageOps:
@@ -55,7 +48,7 @@ class AdvantageOps:
         result = oracle.gae(
             to_float_list(token_level_rewards),
             to_float_list(values),
-            _masks(response_mask),
+            binary_rows(response_mask),
             done,
             boot,
             gamma=gamma,
@@ -74,7 +67,7 @@ class AdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         result = oracle.grpo(
             to_float_list(token_level_rewards),
-            _masks(response_mask),
+            binary_rows(response_mask),
             _labels(index),
             epsilon=epsilon,
             norm_by_std=norm_by_std,
@@ -88,7 +81,7 @@ class AdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         result = oracle.rloo(
             to_float_list(token_level_rewards),
-            _masks(response_mask),
+            binary_rows(response_mask),
             _labels(index),
             singleton=self.profile.get("rloo_singleton", "score"),
         )
@@ -99,7 +92,7 @@ class AdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         result = oracle.reinforce_pp(
             to_float_list(token_level_rewards),
-            _masks(response_mask),
+            binary_rows(response_mask),
             gamma=gamma,
             whiten_degenerate=self.profile.get("whiten_degenerate", "zeros"),
         )
@@ -110,7 +103,7 @@ class AdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         result = oracle.reinforce_pp_baseline(
             to_float_list(token_level_rewards),
-            _masks(response_mask),
+            binary_rows(response_mask),
             _labels(index),
             singleton_baseline=self.profile.get("singleton_baseline", "zero"),
             whiten_degenerate=self.profile.get("whiten_degenerate", "zeros"),
@@ -125,7 +118,7 @@ class AdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         result = oracle.remax(
             to_float_list(token_level_rewards),
-            _masks(response_mask),
+            binary_rows(response_mask),
             to_float_list(reward_baselines),
         )
         return _pair(result, token_level_rewards)
@@ -135,7 +128,7 @@ class AdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         result = oracle.opo(
             to_float_list(token_level_rewards),
-            _masks(response_mask),
+            binary_rows(response_mask),
             _labels(index),
             singleton_baseline=self.profile.get("singleton_baseline", "zero"),
         )
@@ -151,7 +144,7 @@ class AdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         result = oracle.grpo_passk(
             to_float_list(token_level_rewards),
-            _masks(response_mask),
+            binary_rows(response_mask),
             _labels(index),
             epsilon=epsilon,
             norm_by_std=norm_by_std,
@@ -168,7 +161,7 @@ class AdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         result = oracle.gpg(
             to_float_list(token_level_rewards),
-            _masks(response_mask),
+            binary_rows(response_mask),
             _labels(index),
             f_norm=f_norm,
             alpha_rule=self.profile.get("gpg_alpha", "informative"),
@@ -188,7 +181,7 @@ class AdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         result = oracle.optimal_token_baseline(
             to_float_list(token_level_rewards),
-            _masks(response_mask),
+            binary_rows(response_mask),
             _labels(index),
             to_float_list(old_log_probs),
             to_float_list(sum_pi_squared),
@@ -210,7 +203,7 @@ class AdvantageOps:
         k = reward_components.shape[-1]
         result = oracle.gdpo(
             components,
-            _masks(response_mask),
+            binary_rows(response_mask),
             _labels(index),
             [1.0] * k if weights is None else [float(w) for w in weights],
             epsilon=epsilon,

@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from rlconform.conformance.harness import pad_right, to_float_list
+from rlconform.adapters.oracle_target._convert import pad_like
+from rlconform.conformance.harness import to_float_list
 from rlconform.oracle import aggregate as oracle_agg
 
 # The contract default of the profile key ``agg_norm_length`` (see the agg clauses).
@@ -22,11 +23,7 @@ class _OracleAggregate(torch.autograd.Function):
     ) -> torch.Tensor:
         value = oracle_agg.aggregate(to_float_list(loss_mat), masks, mode, **settings)
         weights = oracle_agg.aggregate_gradient(masks, mode, **settings)
-        ctx.save_for_backward(
-            pad_right(
-                weights, width=loss_mat.shape[-1], dtype=loss_mat.dtype, device=loss_mat.device
-            )
-        )
+        ctx.save_for_backward(pad_like(weights, loss_mat))
         return torch.tensor(value, dtype=loss_mat.dtype, device=loss_mat.device)
 
     @staticmethod

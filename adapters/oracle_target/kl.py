@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from rlconform.conformance.harness import pad_right, to_float_list
+from rlconform.adapters.oracle_target._convert import int_rows, pad_like
+from rlconform.conformance.harness import to_float_list
 from rlconform.oracle import kl as oracle_kl
 
 
@@ -26,14 +27,10 @@ class OracleGradient(torch.autograd.Function):
         return grad_output * grads, None, None
 
 
-def _like(rows: list[list[float]], template: torch.Tensor) -> torch.Tensor:
-    return pad_right(rows, width=template.shape[-1], dtype=template.dtype, device=template.device)
-
-
 def _with_oracle_gradient(
     leaf: torch.Tensor, values: list[list[float]], grads: list[list[float]]
 ) -> torch.Tensor:
-    return OracleGradient.apply(leaf, _like(values, leaf), _like(grads, leaf))
+    return OracleGradient.apply(leaf, pad_like(values, leaf), pad_like(grads, leaf))
 
 
 class KLOps:
@@ -85,7 +82,7 @@ class KLOps:
         mode: str,
     ) -> tuple[torch.Tensor, float]:
         olds, refs = to_float_list(old_logprob), to_float_list(ref_logprob)
-        masks = [[int(m) for m in row] for row in response_mask.tolist()]
+        masks = int_rows(response_mask)
         rewards = [
             oracle_kl.kl_in_reward(s, od, rf, m, beta=float(beta), mode=mode, **self._clamps())
             for s, od, rf, m in zip(to_float_list(token_scores), olds, refs, masks, strict=True)
@@ -98,7 +95,7 @@ class KLOps:
             reduction=self.profile.get("kl_metric_reduction", "token_mean"),
             **self._clamps(),
         )
-        return _like(rewards, token_scores), metric
+        return pad_like(rewards, token_scores), metric
 
     def kl_controller_update(
         self,

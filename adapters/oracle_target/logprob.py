@@ -6,12 +6,9 @@ import math
 
 import torch
 
+from rlconform.adapters.oracle_target._convert import row_lengths
 from rlconform.conformance.harness import pad_right, to_float_list
 from rlconform.oracle import logprob as oracle_logprob
-
-
-def _lengths(mask: torch.Tensor) -> list[int]:
-    return [int(n) for n in mask.sum(-1).tolist()]
 
 
 class LogprobOps:
@@ -59,7 +56,7 @@ class LogprobOps:
                 for row, token in zip(sample_logits[:n], tokens[:n], strict=True)
             ]
             for sample_logits, tokens, n in zip(
-                to_float_list(logits), responses.tolist(), _lengths(response_mask), strict=True
+                to_float_list(logits), responses.tolist(), row_lengths(response_mask), strict=True
             )
         ]
         return pad_right(rows, width=responses.shape[-1], dtype=logits.dtype, device=logits.device)
@@ -83,7 +80,7 @@ class LogprobOps:
                 to_float_list(logits),
                 responses.tolist(),
                 keep_mask.tolist(),
-                _lengths(response_mask),
+                row_lengths(response_mask),
                 strict=True,
             )
         ]

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from rlconform.conformance.harness import pad_right, to_float_list
+from rlconform.adapters.oracle_target._convert import binary_rows, pad_like
+from rlconform.conformance.harness import to_float_list
 from rlconform.oracle import loss as oracle_loss
 
 Rows = list[list[float]]
@@ -34,24 +35,12 @@ class _OracleGradient(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor):
-        like = ctx.like
-        grads = [
-            pad_right(rows, width=like.shape[-1], dtype=like.dtype, device=like.device)
-            for rows in ctx.vjp(to_float_list(grad_output))
-        ]
+        grads = [pad_like(rows, ctx.like) for rows in ctx.vjp(to_float_list(grad_output))]
         return (None, None, *grads)
 
 
 def _rows(tensor: torch.Tensor) -> Rows:
     return [list(row) for row in to_float_list(tensor)]
-
-
-def _masks(response_mask: torch.Tensor) -> list[list[int]]:
-    return [[1 if m else 0 for m in row] for row in response_mask.tolist()]
-
-
-def _padded(rows: Rows, like: torch.Tensor) -> torch.Tensor:
-    return pad_right(rows, width=like.shape[-1], dtype=like.dtype, device=like.device)
 
 
 def _scalar(value: float, like: torch.Tensor) -> torch.Tensor:
@@ -72,7 +61,7 @@ class LossOps:
         **params: Any,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         old, logp, adv = _rows(old_log_prob), _rows(log_prob), _rows(advantages)
-        masks = _masks(response_mask)
+        masks = binary_rows(response_mask)
         results = [loss_fn(*row, **params) for row in zip(old, logp, adv, masks, strict=True)]
 
         def vjp(weights: Rows) -> tuple[Rows]:
@@ -83,7 +72,7 @@ class LossOps:
                 ],
             )
 
-        loss = _OracleGradient.apply(vjp, _padded([r[0] for r in results], log_prob), log_prob)
+        loss = _OracleGradient.apply(vjp, pad_like([r[0] for r in results], log_prob), log_prob)
         clipfrac = oracle_loss.clip_fraction([r[1] for r in results], masks)
         return loss, {"clipfrac": _scalar(clipfrac, log_prob)}
 
@@ -179,7 +168,7 @@ class LossOps:
 
     def value_loss(self, vpreds, returns, values, response_mask, *, cliprange_value):
         v, ret, v_old = _rows(vpreds), _rows(returns), _rows(values)
-        masks = _masks(response_mask)
+        masks = binary_rows(response_mask)
         params = {"clip": cliprange_value, "scale": self.profile.get("value_loss_scale", 0.5)}
         results = [
             oracle_loss.value_clip_loss(*row, **params)
@@ -194,13 +183,13 @@ class LossOps:
                 ],
             )
 
-        loss = _OracleGradient.apply(vjp, _padded([r[0] for r in results], vpreds), vpreds)
+        loss = _OracleGradient.apply(vjp, pad_like([r[0] for r in results], vpreds), vpreds)
         clipfrac = oracle_loss.clip_fraction([r[1] for r in results], masks)
         return loss, {"vf_clipfrac": _scalar(clipfrac, vpreds)}
 
     def actor_loss(self, pg_loss, entropy, kl, response_mask, *, entropy_coeff, kl_coef):
         pg, ent, kl_rows = _rows(pg_loss), _rows(entropy), _rows(kl)
-        masks = _masks(response_mask)
+        masks = binary_rows(response_mask)
         coefs = {"entropy_coeff": entropy_coeff, "kl_coef": kl_coef}
         rows = [
             oracle_loss.actor_loss(*row, **coefs)
@@ -214,7 +203,7 @@ class LossOps:
             ]
             return tuple([row[k] for row in per_row] for k in range(3))
 
-        total = _OracleGradient.apply(vjp, _padded(rows, pg_loss), pg_loss, entropy, kl)
+        total = _OracleGradient.apply(vjp, pad_like(rows, pg_loss), pg_loss, entropy, kl)
         terms = {
             "pg_loss": oracle_loss.action_token_mean(pg, masks),
             "entropy": oracle_loss.action_token_mean(ent, masks),

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from rlconform.adapters.oracle_target._convert import binary_rows, row_lengths
 from rlconform.conformance.harness import pad_right, to_float_list
 from rlconform.oracle import mask as oracle_mask
 
@@ -37,7 +38,7 @@ class MaskOps:
         self, response_mask: torch.Tensor, loss_mask: torch.Tensor, keep_mask: torch.Tensor
     ) -> torch.Tensor:
         # The oracle sees only the real tokens (response_mask 1); padding stays 0.
-        lengths = [int(n) for n in response_mask.sum(-1).tolist()]
+        lengths = row_lengths(response_mask)
         rows = [
             oracle_mask.valid_token_mask(
                 [1] * n, [1 if m else 0 for m in row[:n]], int(keep), uid=f"row {i}"
@@ -53,7 +54,7 @@ class MaskOps:
     def masked_mean(self, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         result = oracle_mask.masked_mean(
             to_float_list(values),
-            [[1 if m else 0 for m in row] for row in mask.tolist()],
+            binary_rows(mask),
             empty=self.profile.get("masked_mean_empty", 0.0),
         )
         return torch.tensor(result, dtype=values.dtype, device=values.device)

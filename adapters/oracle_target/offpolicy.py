@@ -8,16 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from rlconform.conformance.harness import pad_right, to_float_list
+from rlconform.adapters.oracle_target._convert import int_rows, pad_like
+from rlconform.conformance.harness import to_float_list
 from rlconform.oracle import offpolicy as oracle_offpolicy
-
-
-def _masks(response_mask: torch.Tensor) -> list[list[int]]:
-    return [[int(m) for m in row] for row in response_mask.tolist()]
-
-
-def _like(rows: list[list[float]], template: torch.Tensor) -> torch.Tensor:
-    return pad_right(rows, width=template.shape[-1], dtype=template.dtype, device=template.device)
 
 
 class OffpolicyOps:
@@ -36,11 +29,11 @@ class OffpolicyOps:
             for od, ro, m in zip(
                 to_float_list(old_logprob),
                 to_float_list(rollout_logprob),
-                _masks(response_mask),
+                int_rows(response_mask),
                 strict=True,
             )
         ]
-        return _like(rows, old_logprob)
+        return pad_like(rows, old_logprob)
 
     def icepop_weights(
         self,
@@ -55,11 +48,11 @@ class OffpolicyOps:
             for od, ro, m in zip(
                 to_float_list(old_logprob),
                 to_float_list(rollout_logprob),
-                _masks(response_mask),
+                int_rows(response_mask),
                 strict=True,
             )
         ]
-        return _like(rows, old_logprob)
+        return pad_like(rows, old_logprob)
 
     def opsm_mask(
         self,
@@ -69,7 +62,7 @@ class OffpolicyOps:
         response_mask: torch.Tensor,
         delta: float = 1e-4,
     ) -> torch.Tensor:
-        masks = _masks(response_mask)
+        masks = int_rows(response_mask)
         rows = []
         for lp, od, adv, m in zip(
             to_float_list(logprob),
@@ -81,7 +74,7 @@ class OffpolicyOps:
             # The sequence advantage: any action token carries it (constant along the row).
             advantage = next((a for a, keep in zip(adv, m, strict=True) if keep), 0.0)
             rows.append(oracle_offpolicy.opsm_keep(lp, od, m, advantage, delta=delta))
-        return _like(rows, logprob)
+        return pad_like(rows, logprob)
 
     def is_correction_weights(
         self,
@@ -106,11 +99,11 @@ class OffpolicyOps:
             for od, ro, m in zip(
                 to_float_list(old_logprob),
                 to_float_list(rollout_logprob),
-                _masks(response_mask),
+                int_rows(response_mask),
                 strict=True,
             )
         ]
-        return _like(rows, old_logprob)
+        return pad_like(rows, old_logprob)
 
     def logprob_gap(
         self,
@@ -121,6 +114,6 @@ class OffpolicyOps:
         return oracle_offpolicy.logprob_gap(
             to_float_list(old_logprob),
             to_float_list(rollout_logprob),
-            _masks(response_mask),
+            int_rows(response_mask),
             reduction=self.profile.get("logprob_gap_reduction", "token_mean"),
         )

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from rlconform.adapters.oracle_target._convert import row_lengths
 from rlconform.conformance.harness import pad_right, to_float_list
 from rlconform.oracle import reward as oracle_reward
-
-
-def _lengths(response_mask: torch.Tensor) -> list[int]:
-    return [int(n) for n in response_mask.sum(-1).tolist()]
 
 
 def _loss_masks(loss_mask: torch.Tensor, lengths: list[int]) -> list[list[int]]:
@@ -22,7 +19,7 @@ class RewardOps:
     def place_reward_last(
         self, scores: torch.Tensor, response_mask: torch.Tensor, loss_mask: torch.Tensor
     ) -> torch.Tensor:
-        masks = _loss_masks(loss_mask, _lengths(response_mask))
+        masks = _loss_masks(loss_mask, row_lengths(response_mask))
         rows = [
             oracle_reward.place_reward_last(
                 s, m, nonaction_tail=self.profile.reward_nonaction_tail
@@ -36,7 +33,7 @@ class RewardOps:
     def place_reward_uniform(
         self, scores: torch.Tensor, response_mask: torch.Tensor, loss_mask: torch.Tensor
     ) -> torch.Tensor:
-        masks = _loss_masks(loss_mask, _lengths(response_mask))
+        masks = _loss_masks(loss_mask, row_lengths(response_mask))
         rows = [
             oracle_reward.place_reward_uniform(s, m)
             for s, m in zip(to_float_list(scores), masks, strict=True)
@@ -50,7 +47,7 @@ class RewardOps:
     ) -> torch.Tensor:
         rows = [
             oracle_reward.place_reward_discounted(s, n, gamma)
-            for s, n in zip(to_float_list(scores), _lengths(response_mask), strict=True)
+            for s, n in zip(to_float_list(scores), row_lengths(response_mask), strict=True)
         ]
         return pad_right(
             rows, width=response_mask.shape[-1], dtype=scores.dtype, device=scores.device
@@ -79,7 +76,7 @@ class RewardOps:
             for r, row, n, cut in zip(
                 to_float_list(scores),
                 to_float_list(values),
-                _lengths(response_mask),
+                row_lengths(response_mask),
                 truncated.tolist(),
                 strict=True,
             )

@@ -8,9 +8,11 @@ from rlconform.adapters.verl.aggregate import AggregateOps
 from rlconform.adapters.verl.batch import BatchOps
 from rlconform.adapters.verl.kl import KLOps
 from rlconform.adapters.verl.logprob import LogprobOps
+from rlconform.adapters.verl.loss import LossOps
 from rlconform.adapters.verl.manifest import DEVIATIONS, PROFILE
 from rlconform.adapters.verl.mask import MaskOps
 from rlconform.adapters.verl.metrics import MetricsOps
+from rlconform.adapters.verl.offpolicy import OffpolicyOps
 from rlconform.adapters.verl.reward import RewardOps
 
 
@@ -20,6 +22,8 @@ class VerlTarget(
     RewardOps,
     KLOps,
     AdvantageOps,
+    LossOps,
+    OffpolicyOps,
     AggregateOps,
     BatchOps,
     MetricsOps,

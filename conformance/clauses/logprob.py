@@ -65,6 +65,29 @@ def _entropy_scale(row: list[float], value: float) -> float:
     return 2.0 * max(abs(x) for x in row) + abs(value)
 
 
+def _check_token_rows(
+    ctx: Any,
+    clause_id: str,
+    what: str,
+    expected: list[list[float]],
+    actual: Any,
+    lengths: list[int],
+    uids: list[Any],
+    scale: list[list[float]],
+) -> None:
+    """A (B, T) per-token output: padding exactly 0, valid positions close to expected."""
+    assert_padding_zero(clause_id, what, actual, lengths, uids)
+    assert_rows_close(
+        clause_id,
+        what,
+        expected,
+        unpad_right(actual, lengths),
+        uids=uids,
+        tolerance=ctx.tolerance,
+        scale=scale,
+    )
+
+
 # ---------------------------------------------------------------------------------------
 # logprob.alignment
 
@@ -223,15 +246,8 @@ def check_alignment(ctx: Any, case: dict[str, Any]) -> None:
     actual = ctx.call(
         "response_logprobs", logits, input_ids, attention_mask, width, temperature=temperature
     )
-    assert_padding_zero("logprob.alignment", "response log-probs", actual, lengths, uids)
-    assert_rows_close(
-        "logprob.alignment",
-        "response log-probs",
-        expected,
-        unpad_right(actual, lengths),
-        uids=uids,
-        tolerance=ctx.tolerance,
-        scale=scale,
+    _check_token_rows(
+        ctx, "logprob.alignment", "response log-probs", expected, actual, lengths, uids, scale
     )
 
 
@@ -417,15 +433,8 @@ def check_sampling_distribution(ctx: Any, case: dict[str, Any]) -> None:
         top_p=top_p,
     )
     what = "behaviour log-probs"
-    assert_padding_zero("logprob.sampling_distribution", what, actual, lengths, uids)
-    assert_rows_close(
-        "logprob.sampling_distribution",
-        what,
-        expected,
-        unpad_right(actual, lengths),
-        uids=uids,
-        tolerance=ctx.tolerance,
-        scale=scale,
+    _check_token_rows(
+        ctx, "logprob.sampling_distribution", what, expected, actual, lengths, uids, scale
     )
 
 
@@ -534,15 +543,8 @@ def check_keep_sampling_mask(ctx: Any, case: dict[str, Any]) -> None:
         "logprobs_on_support", logits, responses, keep_mask, response_mask, temperature=temperature
     )
     what = "log-probs on the kept support"
-    assert_padding_zero("logprob.keep_sampling_mask", what, actual, lengths, uids)
-    assert_rows_close(
-        "logprob.keep_sampling_mask",
-        what,
-        expected,
-        unpad_right(actual, lengths),
-        uids=uids,
-        tolerance=ctx.tolerance,
-        scale=scale,
+    _check_token_rows(
+        ctx, "logprob.keep_sampling_mask", what, expected, actual, lengths, uids, scale
     )
 
 

@@ -72,28 +72,44 @@ def check_place_last(ctx: Any, case: dict[str, Any]) -> None:
     samples = case["samples"]
     lengths = cs.lengths_of(case)
     uids = cs.uids_of(case)
-    width = cs.width_of_case(case)
     tail = ctx.profile.reward_nonaction_tail
     expected = [
         oracle.place_reward_last(s["reward"], s["mask"], nonaction_tail=tail, uid=s["uid"])[0]
         for s in samples
     ]
-    scores = pad_right(
-        [[s["reward"]] for s in samples], width=1, dtype=ctx.dtype, device=ctx.device
-    )[:, 0]
-    response_mask = right_mask(lengths, width, ctx.device)
-    loss_mask = pad_right(
-        [s["mask"] for s in samples], width=width, dtype=response_mask.dtype, device=ctx.device
-    )
-    placed = ctx.call("place_reward_last", scores, response_mask, loss_mask)
-    assert_padding_zero("reward.place_last", "token_level_scores", placed, lengths, uids)
+    scores, _ = _scores(ctx, [s["reward"] for s in samples])
+    placed = ctx.call("place_reward_last", scores, *_place_masks(ctx, case))
+    _check_placed(ctx, "reward.place_last", expected, placed, lengths, uids)
+
+
+def _place_masks(ctx: Any, case: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(response_mask, loss_mask), both (B, T), of a placement case."""
+    width = cs.width_of_case(case)
+    response_mask = right_mask(cs.lengths_of(case), width, ctx.device)
+    masks = [s["mask"] for s in case["samples"]]
+    loss_mask = pad_right(masks, width=width, dtype=response_mask.dtype, device=ctx.device)
+    return response_mask, loss_mask
+
+
+def _check_placed(
+    ctx: Any,
+    clause_id: str,
+    expected: list[list[float]],
+    placed: Any,
+    lengths: list[int],
+    uids: list[Any],
+    scale: list[list[float]] | None = None,
+) -> None:
+    """The placed (B, T) token scores: padding exactly 0, valid positions close to expected."""
+    assert_padding_zero(clause_id, "token_level_scores", placed, lengths, uids)
     assert_rows_close(
-        "reward.place_last",
+        clause_id,
         "token_level_scores",
         expected,
         unpad_right(placed, lengths),
         uids=uids,
         tolerance=ctx.tolerance,
+        scale=scale,
     )
 
 
@@ -140,26 +156,13 @@ def check_place_uniform(ctx: Any, case: dict[str, Any]) -> None:
     samples = case["samples"]
     lengths = cs.lengths_of(case)
     uids = cs.uids_of(case)
-    width = cs.width_of_case(case)
     scores, received = _scores(ctx, [s["reward"] for s in samples])
     expected = [
         oracle.place_reward_uniform(r, s["mask"], uid=s["uid"])
         for r, s in zip(received, samples, strict=True)
     ]
-    response_mask = right_mask(lengths, width, ctx.device)
-    loss_mask = pad_right(
-        [s["mask"] for s in samples], width=width, dtype=response_mask.dtype, device=ctx.device
-    )
-    placed = ctx.call("place_reward_uniform", scores, response_mask, loss_mask)
-    assert_padding_zero("reward.place_uniform", "token_level_scores", placed, lengths, uids)
-    assert_rows_close(
-        "reward.place_uniform",
-        "token_level_scores",
-        expected,
-        unpad_right(placed, lengths),
-        uids=uids,
-        tolerance=ctx.tolerance,
-    )
+    placed = ctx.call("place_reward_uniform", scores, *_place_masks(ctx, case))
+    _check_placed(ctx, "reward.place_uniform", expected, placed, lengths, uids)
 
 
 # ---------------------------------------------------------------------------------------
@@ -227,16 +230,8 @@ def check_place_discounted(ctx: Any, case: dict[str, Any]) -> None:
     ]
     response_mask = right_mask(lengths, width, ctx.device)
     placed = ctx.call("place_reward_discounted", scores, response_mask, gamma)
-    assert_padding_zero("reward.place_discounted", "token_level_scores", placed, lengths, uids)
-    assert_rows_close(
-        "reward.place_discounted",
-        "token_level_scores",
-        expected,
-        unpad_right(placed, lengths),
-        uids=uids,
-        tolerance=ctx.tolerance,
-        scale=[[r] * n for r, n in zip(received, lengths, strict=True)],
-    )
+    scale = [[r] * n for r, n in zip(received, lengths, strict=True)]
+    _check_placed(ctx, "reward.place_discounted", expected, placed, lengths, uids, scale)
 
 
 # ---------------------------------------------------------------------------------------
