@@ -269,6 +269,9 @@ def _apply_manifest(
                 + outside.message
             )
             return outside
+        if outside.message:
+            # the scope covered every generated case: it is a whole-clause deviation in effect
+            result.message += f" | note: {outside.message}"
     result.message = f"declared deviation: {deviation} | observed: {result.message}"
     result.status = "deviation"
     return result
