@@ -16,6 +16,8 @@ Profile values are slime's own choices at the pinned commit (see the research no
 - Whitening of one action token gives 0 (``whiten_degenerate="zeros"``).
 - Value loss: ``max((v_clip - R)^2, (v - R)^2)`` with no 0.5 factor (``value_loss_scale``).
 - GSPO: the sequence log-ratio is not clamped (``gspo_log_ratio_max=None``).
+- ``calculate_per_token_loss`` False: slime's default reducer (per-sample means), which
+  also reduces the entropy metric (adapter key, read by ``entropy_mean``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ SLIME_PROFILE = Profile(
         "whiten_degenerate": "zeros",
         "value_loss_scale": 1.0,
         "gspo_log_ratio_max": None,
+        "calculate_per_token_loss": False,
     },
 )
 

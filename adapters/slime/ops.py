@@ -201,17 +201,13 @@ class SlimeLogprobOps:
         return entropy.reshape(logits.shape[:-1])
 
     def entropy_mean(self, logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """slime's ``entropy_loss``: ``sum_of_sample_mean(entropy)``, then ``loss_function``'s
-        division by the step's sample count (one micro-batch, one rank)."""
-        lengths = layout.lengths_from_mask(mask)
+        """slime's ``entropy_loss``: the per-token entropy through ``loss_function``'s reducer
+        and scaling, like the loss (profile ``calculate_per_token_loss``, slime default False:
+        per-sample means averaged over the step's samples)."""
         entropy = self.entropy_from_logits(logits)
-        masks = _int_rows(mask, lengths)
-        reducer = self.fw.get_sum_of_sample_mean(lengths, lengths, masks)
-        total = reducer(_flat(_rows(entropy, lengths), entropy))
-        # loss_function: loss * num_microbatches / step_global_batch_size (= 1 / B here)
-        return torch.as_tensor(total, dtype=entropy.dtype, device=entropy.device) / max(
-            len(lengths), 1
-        )
+        per_token = bool(self.profile.get("calculate_per_token_loss", False))
+        loss, normalizer = SlimeAggregateOps._slime_loss(self, entropy, mask, per_token)
+        return loss / normalizer if per_token else loss
 
 
 # ---------------------------------------------------------------------------------------
@@ -326,7 +322,40 @@ class SlimeRewardOps:
 
 
 class SlimeAggregateOps:
-    """agg.*: slime's reducer ``get_sum_of_sample_mean`` and ``loss_function``'s scaling."""
+    """agg.*: slime's ``loss_function`` (its reducer ``get_sum_of_sample_mean`` and the
+    rescaling for Megatron) with a custom loss that hands it the per-token values."""
+
+    def _slime_loss(
+        self,
+        values: torch.Tensor,
+        mask: torch.Tensor,
+        per_token: bool,
+        step_global_batch_size: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``loss_function(args, batch, num_microbatches=1, step_global_batch_size, logits)``
+        -> (scaled loss, normaliser), on one micro-batch of one rank."""
+        lengths = layout.lengths_from_mask(mask)
+        batch = {
+            "rlconform_values": _flat(_rows(values, lengths), values),
+            "loss_masks": _int_rows(mask, lengths),
+            "total_lengths": list(lengths),
+            "response_lengths": list(lengths),
+            "rollout_mask_sums": None,  # the reducer then uses each sample's mask sum
+        }
+        args = Namespace(
+            loss_type="custom_loss",
+            custom_loss_function_path=f"{__name__}.reduce_values",
+            calculate_per_token_loss=per_token,
+            recompute_loss_function=False,
+            allgather_cp=False,
+        )
+        if step_global_batch_size is None:
+            step_global_batch_size = max(len(lengths), 1)  # a step's rollout count
+        loss, normalizer, _ = self.fw.loss_function(
+            args, batch, 1, int(step_global_batch_size), values.new_zeros((1, 1, 1))
+        )
+        as_tensor = {"dtype": values.dtype, "device": values.device}
+        return torch.as_tensor(loss, **as_tensor), torch.as_tensor(normalizer, **as_tensor)
 
     def agg_loss(
         self,
@@ -339,44 +368,42 @@ class SlimeAggregateOps:
         loss_scale_factor: float | None = None,
     ) -> torch.Tensor:
         """``seq-mean-token-mean``: slime's default (per-rollout mean); ``token-mean``:
-        ``--calculate-per-token-loss``. slime has no other mode (NotImplementedError)."""
+        ``--calculate-per-token-loss``. slime has no other mode (NotImplementedError).
+
+        Then what Megatron/DDP do with ``loss_function``'s output: divide by
+        num_microbatches (1 here), and in per-token mode by the global token count (the
+        normaliser summed over micro-batches and ranks, ``batch_num_tokens`` when given);
+        ``loss_function`` multiplies by the data-parallel size, which is ``dp_size`` here.
+        """
         if mode not in ("seq-mean-token-mean", "token-mean"):
             raise NotImplementedError(
                 f"slime has no {mode!r} loss aggregation: its reducer is the per-sample mean "
                 "(default) or the per-token sum (--calculate-per-token-loss)"
             )
-        per_token = mode == "token-mean"
-        lengths = layout.lengths_from_mask(loss_mask)
-        masks = _int_rows(loss_mask, lengths)
-        reducer = self.fw.get_sum_of_sample_mean(
-            lengths, lengths, masks, None, calculate_per_token_loss=per_token
+        if mode == "token-mean":
+            loss, normalizer = self._slime_loss(loss_mat, loss_mask, per_token=True)
+            if batch_num_tokens is not None:
+                normalizer = torch.as_tensor(batch_num_tokens, dtype=loss.dtype, device=loss.device)
+            return loss / normalizer * dp_size
+        loss, _ = self._slime_loss(
+            loss_mat, loss_mask, per_token=False, step_global_batch_size=global_batch_size
         )
-        reduced = torch.as_tensor(
-            reducer(_flat(_rows(loss_mat, lengths), loss_mat)),
-            dtype=loss_mat.dtype,
-            device=loss_mat.device,
-        )
-        if per_token:
-            if batch_num_tokens is None:
-                # loss_function's normaliser: sum_i clamp_min(loss_mask_i.sum(), 1)
-                batch_num_tokens = sum(torch.clamp_min(m.sum(), 1) for m in masks) if masks else 0
-            # Megatron divides by the global token count; DDP averages over dp_size ranks.
-            count = torch.as_tensor(batch_num_tokens, dtype=loss_mat.dtype).clamp(min=1)
-            return reduced / count.to(loss_mat.device) * dp_size
-        if global_batch_size is None:
-            global_batch_size = len(lengths)  # step_global_batch_size: every sample
-        # loss_function: * num_microbatches / step_global_batch_size * dp_size; Megatron
-        # then divides by num_microbatches (1 here).
-        count = torch.as_tensor(global_batch_size, dtype=loss_mat.dtype).clamp(min=1)
-        return reduced / count.to(loss_mat.device) * dp_size
+        return loss * dp_size
 
     def agg_batch_info(self, loss_mask: torch.Tensor) -> dict[str, int]:
-        """The global denominators slime's trainer sums over shards: the per-token
-        normaliser of ``loss_function`` and the step's sample count."""
+        """This shard's share of the global denominators: the per-token normaliser that
+        ``loss_function`` returns, and the shard's rollout count (a step's
+        ``global_batch_sizes`` entry is the sum over shards)."""
         lengths = layout.lengths_from_mask(loss_mask)
-        masks = _int_rows(loss_mask, lengths)
-        tokens = sum(int(torch.clamp_min(m.sum(), 1)) for m in masks)
-        return {"batch_num_tokens": tokens, "global_batch_size": loss_mask.shape[0]}
+        zeros = torch.zeros(loss_mask.shape, dtype=torch.float32, device=loss_mask.device)
+        _, normalizer = self._slime_loss(zeros, loss_mask, per_token=True)
+        return {"batch_num_tokens": int(normalizer), "global_batch_size": len(lengths)}
+
+
+def reduce_values(args: Namespace, batch: dict, logits: torch.Tensor, sum_of_sample_mean):
+    """The custom loss (``--custom-loss-function-path``) the agg bindings give slime's
+    ``loss_function``: the reducer applied to the values under test."""
+    return sum_of_sample_mean(batch["rlconform_values"]), {}
 
 
 # ---------------------------------------------------------------------------------------
