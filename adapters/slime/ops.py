@@ -207,7 +207,7 @@ class SlimeLogprobOps:
         entropy = self.entropy_from_logits(logits)
         per_token = bool(self.profile.get("calculate_per_token_loss", False))
         loss, normalizer = SlimeAggregateOps._slime_loss(self, entropy, mask, per_token)
-        return loss / normalizer if per_token else loss
+        return loss / normalizer.clamp(min=1) if per_token else loss
 
 
 # ---------------------------------------------------------------------------------------
@@ -286,9 +286,16 @@ class SlimeRewardOps:
             returns, response_mask.shape[-1], dtype=scores.dtype, device=scores.device
         )
 
-    def _post_process(self, raw: list[float], args: Namespace) -> list[float]:
+    def _post_process(
+        self, raw: list[float], args: Namespace, group_index: list[int] | None = None
+    ) -> list[float]:
+        """``_post_process_rewards`` on samples carrying the reward (and ``group_index``)."""
         manager = types.SimpleNamespace(args=args, custom_reward_post_process_func=None)
-        samples = [self.fw.Sample(reward=float(r)) for r in raw]
+        groups = group_index if group_index is not None else [0] * len(raw)
+        samples = [
+            self.fw.Sample(reward=float(r), group_index=g, index=i)
+            for i, (r, g) in enumerate(zip(raw, groups, strict=True))
+        ]
         _, rewards = self.fw.post_process_rewards(manager, samples)
         return list(rewards)
 
@@ -384,7 +391,8 @@ class SlimeAggregateOps:
             loss, normalizer = self._slime_loss(loss_mat, loss_mask, per_token=True)
             if batch_num_tokens is not None:
                 normalizer = torch.as_tensor(batch_num_tokens, dtype=loss.dtype, device=loss.device)
-            return loss / normalizer * dp_size
+            # slime's normaliser is >= 1 per sample; a batch without any token divides by 1
+            return loss / normalizer.clamp(min=1) * dp_size
         loss, _ = self._slime_loss(
             loss_mat, loss_mask, per_token=False, step_global_batch_size=global_batch_size
         )
@@ -568,7 +576,12 @@ class SlimeAdvantageOps:
             rollout_batch_size=groups,
             reward_key=None,
         )
-        rewards = SlimeRewardOps._post_process(self, [scores[i] for i in order], args)
+        labels = index.tolist() if hasattr(index, "tolist") else list(index)
+        dense: dict[Any, int] = {}
+        group_index = [dense.setdefault(label, len(dense)) for label in labels]
+        rewards = SlimeRewardOps._post_process(
+            self, [scores[i] for i in order], args, [group_index[i] for i in order]
+        )
         return _unorder(rewards, order)
 
     @torch.no_grad()
