@@ -58,7 +58,10 @@ FUNCTIONS: dict[str, tuple[str, str]] = {
     "calculate_log_probs_and_entropy": ("slime.utils.ppo_utils", "calculate_log_probs_and_entropy"),
     "distributed_masked_whiten": ("slime.utils.distributed_utils", "distributed_masked_whiten"),
     "get_sum_of_sample_mean": ("slime.backends.megatron_utils.cp_utils", "get_sum_of_sample_mean"),
-    "get_log_probs_and_entropy": ("slime.backends.megatron_utils.loss", "get_log_probs_and_entropy"),
+    "get_log_probs_and_entropy": (
+        "slime.backends.megatron_utils.loss",
+        "get_log_probs_and_entropy",
+    ),
     "vanilla_tis_function": ("slime.backends.megatron_utils.loss", "vanilla_tis_function"),
     "icepop_function": ("slime.backends.megatron_utils.loss", "icepop_function"),
     "loss_function": ("slime.backends.megatron_utils.loss", "loss_function"),

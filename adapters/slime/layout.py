@@ -96,7 +96,9 @@ def lengths_from_cu_seqlens(bounds: torch.Tensor) -> list[int]:
     return (bounds[1:] - bounds[:-1]).tolist()
 
 
-def padded_to_packed(padded: torch.Tensor, lengths: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def padded_to_packed(
+    padded: torch.Tensor, lengths: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T) right-padded -> (flat values, cu_seqlens)."""
     flat, _ = pack(to_lists(padded, lengths))
     if not lengths:

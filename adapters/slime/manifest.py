@@ -47,4 +47,59 @@ SLIME_PROFILE = Profile(
 
 # clause id -> one-line rationale; every entry was observed against the real source
 # (a stale entry fails the clause, so this list cannot silently outlive a fix).
-SLIME_DEVIATIONS: dict[str, str] = {}
+SLIME_DEVIATIONS: dict[str, str] = {
+    "entropy.from_logits": (
+        "slime reduces the entropy metric with its loss reducer: per-sample token means "
+        "averaged over the step's samples (seq-mean-token-mean), not one mean over all "
+        "valid tokens; per-token entropies are exact"
+    ),
+    "adv.invariants": (
+        "slime writes advantages/returns on every response token, tool tokens included, "
+        "and applies the loss mask once, in the reducer (x * loss_mask); values at mask-0 "
+        "tokens are therefore nonzero by design"
+    ),
+    "agg.seq_mean_token_mean": (
+        "slime's per-rollout mean divides by the step's rollout count (global_batch_size, "
+        "fixed by configuration), so a sample with no action token (remove_sample, fully "
+        "masked) still counts in the denominator: a deliberate constant denominator"
+    ),
+}
+
+# Genuine contract violations observed at the certified commit: clause -> what and a
+# counterexample. They stay failures in the report (never declared as deviations).
+SLIME_FINDINGS: dict[str, str] = {
+    "mask.loss": (
+        "the reducer multiplies by the mask (x * loss_mask), so a NaN/inf at a mask-0 "
+        "token poisons the loss: masked mean of [2, 2, NaN, 2, 2] with mask [1,1,0,1,1] is NaN"
+    ),
+    "reward.place_last": (
+        "get_reinforce_plus_plus_returns asserts every sample has an action token: L_i = 0 "
+        "or a fully masked (remove_sample) response raises AssertionError instead of an "
+        "all-zero row"
+    ),
+    "adv.reinforce_pp": (
+        "(1) the discount is applied at every response position, tool tokens included "
+        "(mask [1,0,1], gamma 0.5: G_0 = r_0 + 0.25 G_2, contract r_0 + 0.5 G_2); "
+        "(2) distributed_masked_whiten computes var = E[x^2] - mean^2 in float32, which "
+        "goes negative on near-equal values: five returns of 0.7 whiten to NaN; "
+        "(3) a sample without action tokens raises AssertionError"
+    ),
+    "adv.grpo": (
+        "_post_process_rewards normalises the whole batch as one group whenever the sample "
+        "count is not n_samples_per_prompt x rollout_batch_size (partial or unequal "
+        "groups): groups [2, 1] give the singleton 1.1547 instead of 0"
+    ),
+    "adv.reinforce_pp_baseline": (
+        "same grouping fallback as adv.grpo: unequal group sizes subtract the batch mean, "
+        "not the group mean"
+    ),
+    "adv.gae": (
+        "get_advantages_and_returns_batch ignores the loss mask (tool tokens' rewards and "
+        "values enter the recursion and are not skipped) and has no bootstrap for "
+        "truncated samples (the value after the last token is always 0)"
+    ),
+    "agg.token_mean": (
+        "--calculate-per-token-loss normalises by sum_i max(mask_i.sum(), 1): a fully "
+        "masked sample adds a phantom token (losses [1,2,3 | 5,6 | masked]: 17/6, not 17/5)"
+    ),
+}

@@ -147,7 +147,9 @@ class SlimeLogprobOps:
             with_entropy=False,
         )
         width = response_width
-        return layout.from_lists(result["log_probs"], width, dtype=logits.dtype, device=logits.device)
+        return layout.from_lists(
+            result["log_probs"], width, dtype=logits.dtype, device=logits.device
+        )
 
     def logprobs_on_support(
         self,
@@ -244,7 +246,10 @@ class SlimeMaskOps:
                 )
             )
         args = Namespace(
-            advantage_estimator="ppo", rewards_normalization=False, reward_key=None, rollout_top_p=1.0
+            advantage_estimator="ppo",
+            rewards_normalization=False,
+            reward_key=None,
+            rollout_top_p=1.0,
         )
         data = self.fw.convert_samples_to_train_data(self._manager(args), samples)
         rows = [torch.tensor(m, dtype=torch.int64) for m in data["loss_masks"]]
@@ -434,7 +439,9 @@ def _kl_type(mode: str) -> str:
 class SlimeKLOps:
     """kl.estimators, kl.importance_weighted through ``compute_approx_kl``."""
 
-    def kl_penalty(self, logprob: torch.Tensor, ref_logprob: torch.Tensor, mode: str) -> torch.Tensor:
+    def kl_penalty(
+        self, logprob: torch.Tensor, ref_logprob: torch.Tensor, mode: str
+    ) -> torch.Tensor:
         """``compute_approx_kl(logprob, ref, kl_loss_type)``, element-wise on any shape."""
         return self.fw.compute_approx_kl(logprob, ref_logprob, _kl_type(mode))
 
@@ -482,7 +489,12 @@ class SlimeOffpolicyOps:
     ) -> torch.Tensor:
         """``vanilla_tis_function`` with a per-token loss of 1: its output is the weight."""
         return self._tis(
-            self.fw.vanilla_tis_function, old_logprob, rollout_logprob, response_mask, clip_low, clip_high
+            self.fw.vanilla_tis_function,
+            old_logprob,
+            rollout_logprob,
+            response_mask,
+            clip_low,
+            clip_high,
         )
 
     def icepop_weights(
@@ -495,7 +507,12 @@ class SlimeOffpolicyOps:
     ) -> torch.Tensor:
         """``icepop_function`` with a per-token loss of 1: its output is the weight."""
         return self._tis(
-            self.fw.icepop_function, old_logprob, rollout_logprob, response_mask, clip_low, clip_high
+            self.fw.icepop_function,
+            old_logprob,
+            rollout_logprob,
+            response_mask,
+            clip_low,
+            clip_high,
         )
 
     def opsm_mask(
@@ -599,7 +616,9 @@ class SlimeAdvantageOps:
         rewards = self._group_rewards(
             _scores(token_level_rewards, response_mask), index, "grpo", norm_by_std
         )
-        kl = [torch.zeros(n, dtype=torch.float32, device=token_level_rewards.device) for n in lengths]
+        kl = [
+            torch.zeros(n, dtype=torch.float32, device=token_level_rewards.device) for n in lengths
+        ]
         returns = self.fw.get_grpo_returns(torch.tensor(rewards, dtype=torch.float32), kl)
         out = _back(returns, token_level_rewards)
         return out, out.clone()
@@ -638,7 +657,9 @@ class SlimeAdvantageOps:
             False,
         )
         masks = _int_rows(response_mask, lengths)
-        kl = [torch.zeros(n, dtype=torch.float32, device=token_level_rewards.device) for n in lengths]
+        kl = [
+            torch.zeros(n, dtype=torch.float32, device=token_level_rewards.device) for n in lengths
+        ]
         advantages = self.fw.get_reinforce_plus_plus_baseline_advantages(
             torch.tensor(rewards, dtype=torch.float32), kl, masks, 0.0
         )
@@ -658,7 +679,9 @@ class SlimeLossOps:
     slime's reducer as ``pg_clipfrac`` does (per-sample mean, divided by the sample count).
     """
 
-    def _clipfrac(self, flags: torch.Tensor, masks: list[torch.Tensor], lengths, like) -> torch.Tensor:
+    def _clipfrac(
+        self, flags: torch.Tensor, masks: list[torch.Tensor], lengths, like
+    ) -> torch.Tensor:
         reducer = self.fw.get_sum_of_sample_mean(lengths, lengths, masks)
         total = torch.as_tensor(reducer(flags.to(like.dtype)), dtype=like.dtype, device=like.device)
         return total / max(len(lengths), 1)
@@ -690,7 +713,9 @@ class SlimeLossOps:
             ppo_kl, _flat(adv, log_prob), clip_ratio_low, clip_ratio_high, eps_clip_c=clip_ratio_c
         )
         rows = layout.unpack(loss, lengths)
-        return _back(rows, log_prob), {"clipfrac": self._clipfrac(clipfrac, masks, lengths, log_prob)}
+        return _back(rows, log_prob), {
+            "clipfrac": self._clipfrac(clipfrac, masks, lengths, log_prob)
+        }
 
     def gspo_loss(
         self,
@@ -713,7 +738,9 @@ class SlimeLossOps:
             ppo_kl, _flat(adv, log_prob), clip_ratio_low, clip_ratio_high
         )
         rows = layout.unpack(loss, lengths)
-        return _back(rows, log_prob), {"clipfrac": self._clipfrac(clipfrac, masks, lengths, log_prob)}
+        return _back(rows, log_prob), {
+            "clipfrac": self._clipfrac(clipfrac, masks, lengths, log_prob)
+        }
 
     def cispo_loss(
         self,
@@ -734,7 +761,9 @@ class SlimeLossOps:
             ppo_kl, _flat(new, log_prob), _flat(adv, log_prob), clip_ratio_low, clip_ratio_high
         )
         rows = layout.unpack(loss, lengths)
-        return _back(rows, log_prob), {"clipfrac": self._clipfrac(clipfrac, masks, lengths, log_prob)}
+        return _back(rows, log_prob), {
+            "clipfrac": self._clipfrac(clipfrac, masks, lengths, log_prob)
+        }
 
     def value_loss(
         self,

@@ -43,7 +43,9 @@ class RolloutManager:
         raw, rewards = self._post_process_rewards(samples)
         loss_masks = []
         for sample in samples:
-            mask = sample.loss_mask if sample.loss_mask is not None else [1] * sample.response_length
+            mask = (
+                sample.loss_mask if sample.loss_mask is not None else [1] * sample.response_length
+            )
             loss_masks.append([0] * sample.response_length if sample.remove_sample else list(mask))
         return {
             "tokens": [s.tokens for s in samples],

@@ -66,7 +66,9 @@ def compute_opsm_mask(args, full_log_probs, full_old_log_probs, advantages, loss
 def compute_gspo_kl(full_log_probs, full_old_log_probs, local_log_probs, loss_masks):
     """-(log-ratio) per token: the sequence mean value carried with the token's gradient."""
     out = []
-    for new, old, local, mask in zip(full_log_probs, full_old_log_probs, local_log_probs, loss_masks):
+    for new, old, local, mask in zip(
+        full_log_probs, full_old_log_probs, local_log_probs, loss_masks
+    ):
         sequence = _masked_seq_mean(new - old, mask).detach()
         out.append(-(local - local.detach() + sequence))
     return torch.cat(out) if out else torch.zeros(0)
@@ -82,9 +84,7 @@ def get_reinforce_plus_plus_returns(
     out = []
     for i in range(len(rewards)):
         mask = loss_masks[i].tolist()
-        token = [
-            (-kl_coef * float(k) if m else 0.0) for k, m in zip(kl[i].tolist(), mask)
-        ]
+        token = [(-kl_coef * float(k) if m else 0.0) for k, m in zip(kl[i].tolist(), mask)]
         actions = [t for t, m in enumerate(mask) if m]
         if actions:
             token[actions[-1]] += float(rewards[i])

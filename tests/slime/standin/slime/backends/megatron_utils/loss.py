@@ -64,7 +64,9 @@ def _weights(args, train_log_probs, rollout_log_probs, loss_masks, reject):
     return torch.where(masks, weights, torch.zeros_like(weights))
 
 
-def vanilla_tis_function(args, *, pg_loss, train_log_probs, rollout_log_probs, loss_masks, **kwargs):
+def vanilla_tis_function(
+    args, *, pg_loss, train_log_probs, rollout_log_probs, loss_masks, **kwargs
+):
     weights = _weights(args, train_log_probs, rollout_log_probs, loss_masks, reject=False)
     return pg_loss * weights, loss_masks, {}
 
