@@ -16,8 +16,12 @@ Profile values are slime's own choices at the pinned commit (see the research no
 - Whitening of one action token gives 0 (``whiten_degenerate="zeros"``).
 - Value loss: ``max((v_clip - R)^2, (v - R)^2)`` with no 0.5 factor (``value_loss_scale``).
 - GSPO: the sequence log-ratio is not clamped (``gspo_log_ratio_max=None``).
-- ``calculate_per_token_loss`` False: slime's default reducer (per-sample means), which
-  also reduces the entropy metric (adapter key, read by ``entropy_mean``).
+- ``calculate_per_token_loss`` True (adapter key): metrics (entropy, pg_clipfrac,
+  value_clipfrac) are reduced as with ``--calculate-per-token-loss``, i.e. token means,
+  the contract's reduction. slime's default reducer instead averages per-sample means
+  over the step's samples (the seq-mean-token-mean of ``agg.seq_mean_token_mean``); the
+  published report records what that changes. The loss aggregation clauses (agg.*) name
+  their mode explicitly and do not read this key.
 """
 
 from __future__ import annotations
@@ -41,18 +45,13 @@ SLIME_PROFILE = Profile(
         "whiten_degenerate": "zeros",
         "value_loss_scale": 1.0,
         "gspo_log_ratio_max": None,
-        "calculate_per_token_loss": False,
+        "calculate_per_token_loss": True,
     },
 )
 
 # clause id -> one-line rationale; every entry was observed against the real source
 # (a stale entry fails the clause, so this list cannot silently outlive a fix).
 SLIME_DEVIATIONS: dict[str, str] = {
-    "entropy.from_logits": (
-        "slime reduces the entropy metric with its loss reducer: per-sample token means "
-        "averaged over the step's samples (seq-mean-token-mean), not one mean over all "
-        "valid tokens; per-token entropies are exact"
-    ),
     "adv.invariants": (
         "slime writes advantages/returns on every response token, tool tokens included, "
         "and applies the loss mask once, in the reducer (x * loss_mask); values at mask-0 "
@@ -62,6 +61,18 @@ SLIME_DEVIATIONS: dict[str, str] = {
         "slime's per-rollout mean divides by the step's rollout count (global_batch_size, "
         "fixed by configuration), so a sample with no action token (remove_sample, fully "
         "masked) still counts in the denominator: a deliberate constant denominator"
+    ),
+    "loss.gspo": (
+        "slime implements sequence-level GSPO: ppo_kl is the sequence mean broadcast with "
+        "its own gradient, so d/dlogp_t is shared across the sequence; it equals the "
+        "contract's per-token (stop-gradient) gradient whenever advantages are constant "
+        "within a sequence, which slime's gspo estimator produces (get_grpo_returns), and "
+        "differs only with token-level advantages (e.g. --use-opd)"
+    ),
+    "loss.value_clip": (
+        "value_clipfrac counts tokens whose value moved more than value_clip "
+        "(|v - v_old| > c), not tokens where the clipped squared error is the larger; the "
+        "per-token loss max((v_clip - R)^2, (v - R)^2) matches (profile value_loss_scale 1)"
     ),
 }
 
@@ -97,6 +108,24 @@ SLIME_FINDINGS: dict[str, str] = {
         "get_advantages_and_returns_batch ignores the loss mask (tool tokens' rewards and "
         "values enter the recursion and are not skipped) and has no bootstrap for "
         "truncated samples (the value after the last token is always 0)"
+    ),
+    "loss.ppo_clip": (
+        "compute_policy_loss has no clamp of the log-ratio: old -100, logp -0.5, A -2 gives "
+        "ratio exp(99.5) = inf in float32 and a loss of inf (contract: clamp at 20, finite); "
+        "the reported clipfrac also counts a phantom token per fully masked sample"
+    ),
+    "loss.dual_clip": (
+        "same unclamped ratio: the dual-clip branch returns a finite loss but the gradient "
+        "through exp(99.5) is NaN (old -100, logp -0.5, A -2, c 3)"
+    ),
+    "loss.cispo": (
+        "per-token loss and gradient match; the clipfrac metric's per-token normaliser "
+        "counts a fully masked sample as one token (see agg.token_mean)"
+    ),
+    "entropy.from_logits": (
+        "per-token entropies match; the entropy metric's per-token normaliser counts a "
+        "sample with no valid token as one token (see agg.token_mean), and slime's default "
+        "reducer averages per-sample means over all samples instead"
     ),
     "agg.token_mean": (
         "--calculate-per-token-loss normalises by sum_i max(mask_i.sum(), 1): a fully "

@@ -38,13 +38,15 @@ def _int_rows(mask: torch.Tensor, lengths: Sequence[int]) -> list[torch.Tensor]:
 
 
 def _back(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    if not rows:  # an empty batch: (0, T), still attached to the inputs' graph
+        return like.reshape(0, like.shape[-1]) * 0
     return layout.from_lists(list(rows), like.shape[-1], dtype=like.dtype, device=like.device)
 
 
 def _flat(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
     """The ``torch.cat`` slime's loss functions apply to per-sample lists."""
-    if not rows:
-        return like.new_zeros((0,))
+    if not rows:  # no sample: an empty slice of the input (autograd still reaches it)
+        return like.reshape(-1)[:0]
     return torch.cat(list(rows), dim=0)
 
 
@@ -679,12 +681,14 @@ class SlimeLossOps:
     slime's reducer as ``pg_clipfrac`` does (per-sample mean, divided by the sample count).
     """
 
-    def _clipfrac(
-        self, flags: torch.Tensor, masks: list[torch.Tensor], lengths, like
-    ) -> torch.Tensor:
-        reducer = self.fw.get_sum_of_sample_mean(lengths, lengths, masks)
-        total = torch.as_tensor(reducer(flags.to(like.dtype)), dtype=like.dtype, device=like.device)
-        return total / max(len(lengths), 1)
+    def _clipfrac(self, flags: torch.Tensor, masks, lengths, like: torch.Tensor) -> torch.Tensor:
+        """The per-token flags reduced like ``pg_clipfrac``: through ``loss_function``'s
+        reducer and scaling (profile ``calculate_per_token_loss``), as ``entropy_mean``."""
+        flags = _back(layout.unpack(flags.to(like.dtype), lengths), like)
+        mask = layout.from_lists(masks, like.shape[-1], dtype=torch.int64, device=like.device)
+        per_token = bool(self.profile.get("calculate_per_token_loss", False))
+        loss, normalizer = SlimeAggregateOps._slime_loss(self, flags.detach(), mask, per_token)
+        return loss / normalizer.clamp(min=1) if per_token else loss
 
     def _policy_inputs(self, old_log_prob, log_prob, advantages, response_mask):
         lengths = layout.lengths_from_mask(response_mask)

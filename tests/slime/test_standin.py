@@ -35,8 +35,9 @@ SIGNATURE_LIMITED = {
 def test_standin_certification_passes_every_bound_clause(standin_target):
     target = standin_target
     target.deviations = {}  # the manifest describes real slime, not the stand-in
-    # the stand-in's reducer in per-token mode makes the entropy metric the token mean
-    extra = {**target.profile.extra, "calculate_per_token_loss": True}
+    # the stand-in's compute_policy_loss clamps every log-ratio at 20 (loss.ppo_clip), the
+    # sequence ratio of GSPO included, where slime's profile says unclamped
+    extra = {**target.profile.extra, "gspo_log_ratio_max": 20.0}
     target.profile = dataclasses.replace(target.profile, extra=extra)
     report = certify(target, select(None), get_run_profile("ci"))
     statuses = {r.id: r for r in report.clauses}
