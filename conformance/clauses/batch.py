@@ -673,22 +673,21 @@ def _balance_case(draw: Any) -> dict:
         "seqlens": draw(st.lists(length, min_size=n, max_size=n)),
         "k": k,
         "equal_size": equal_size,
-        "dtype": draw(st.sampled_from(["int64", "int32"])),
     }
 
 
 _BALANCE_EXAMPLES = (
     # verl's example lengths, 4 equal-size partitions.
-    {"seqlens": [10, 3, 7, 8, 1, 9, 2, 6], "k": 4, "equal_size": True, "dtype": "int64"},
-    # 24576 * 60000 + 60000^2 = 5,074,560,000 overflows int32 (779,592,704).
-    {"seqlens": [60_000, 1, 131_072, 7], "k": 2, "equal_size": True, "dtype": "int32"},
+    {"seqlens": [10, 3, 7, 8, 1, 9, 2, 6], "k": 4, "equal_size": True},
+    # 24576 * 60000 + 60000^2 = 5,074,560,000 does not fit in int32 (779,592,704 there).
+    {"seqlens": [60_000, 1, 131_072, 7], "k": 2, "equal_size": True},
     # Zero-length samples and unequal sizes: no partition may be left empty.
-    {"seqlens": [0, 0, 0, 5], "k": 3, "equal_size": False, "dtype": "int64"},
+    {"seqlens": [0, 0, 0, 5], "k": 3, "equal_size": False},
     # Input order already optimal ({2, 2, 2} | {3, 3}); largest-first greedy or differencing
     # alone gives w(3) + 2 w(2) = 172,049 > 147,474: the result must not be worse.
-    {"seqlens": [2, 2, 2, 3, 3], "k": 2, "equal_size": False, "dtype": "int64"},
+    {"seqlens": [2, 2, 2, 3, 3], "k": 2, "equal_size": False},
     # One partition: everything in it.
-    {"seqlens": [4, 1], "k": 1, "equal_size": True, "dtype": "int64"},
+    {"seqlens": [4, 1], "k": 1, "equal_size": True},
 )
 
 
@@ -696,7 +695,8 @@ _BALANCE_EXAMPLES = (
     "batch.seqlen_balance",
     title="Sequence-length balancing: a permutation, exact int64 workloads, no worse than input order",
     statement="""The workload of a sequence of length L is 24576 * L + L^2 (verl), an exact
-    integer for int32 or int64 lengths (int32 arithmetic overflows at L = 60000).
+    integer for the int64 lengths a pipeline counts from its masks (int32 arithmetic
+    overflows at L = 60000).
     Partitioning n samples into k parts (`seqlen_partitions(seqlens, k, equal_size)`)
     returns k non-empty lists that together hold every index 0..n-1 exactly once (n / k
     each with equal_size); the largest summed workload of the parts is no larger than that
@@ -709,8 +709,7 @@ _BALANCE_EXAMPLES = (
 )
 def check_seqlen_balance(ctx: Any, case: dict) -> None:
     seqlens, k, equal_size = list(case["seqlens"]), case["k"], case["equal_size"]
-    dtype = torch.int32 if case["dtype"] == "int32" else torch.int64
-    work = ctx.call("seqlen_workload", torch.tensor(seqlens, dtype=dtype, device=ctx.device))
+    work = ctx.call("seqlen_workload", torch.tensor(seqlens, dtype=torch.int64, device=ctx.device))
     observed = work.detach().cpu().tolist() if isinstance(work, torch.Tensor) else list(work)
     assert_equal("batch.seqlen_balance", "number of workloads", len(seqlens), len(observed))
     for i, (length, value) in enumerate(zip(seqlens, observed, strict=True)):
@@ -718,7 +717,7 @@ def check_seqlen_balance(ctx: Any, case: dict) -> None:
         if value != expected:
             raise _mismatch(
                 "batch.seqlen_balance",
-                f"workload of sample {i} (L={length}, {case['dtype']} input): expected "
+                f"workload of sample {i} (L={length}): expected "
                 f"24576*L + L^2 = {expected}, actual {value!r}",
                 what="workload",
                 uid=i,

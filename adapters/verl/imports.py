@@ -1,0 +1,93 @@
+"""Importing verl's modules on a CPU machine without its serving extras.
+
+``verl.trainer.ppo.ray_trainer`` (home of ``compute_response_mask``, ``apply_kl_penalty`` and
+``compute_advantage``) imports the rollout router and the reward-loop HTTP router at module
+level. Those pull in ``cachetools``, ``fastapi`` and ``uvicorn``, which belong to verl's
+serving extra and which none of the postprocess functions bound here ever touches. When (and
+only when) one of exactly those three is not installed, a placeholder module stands in for
+it while verl is imported; the placeholders are removed again right after, so nothing else
+in the process can mistake them for the real packages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+# The only modules ever stubbed: imported at module level by verl's trainer, never called
+# by the postprocess functions (router classes, HTTP app and server).
+OPTIONAL_SERVICES = ("cachetools", "fastapi", "uvicorn")
+
+
+class _Unavailable:
+    """Stands in for any name imported from a missing optional service; unusable."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(
+            "this verl feature needs its serving extra (cachetools/fastapi/uvicorn), "
+            "which rlconform does not install"
+        )
+
+    def __class_getitem__(cls, item: Any) -> type:
+        return cls
+
+
+def _placeholder_module(name: str) -> types.ModuleType:
+    module = types.ModuleType(name, "rlconform placeholder for a missing optional verl service")
+    module.__path__ = []  # a package, so `from fastapi.responses import ...` resolves
+    module.__getattr__ = lambda attr: _Unavailable  # type: ignore[method-assign]
+    return module
+
+
+class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, roots: tuple[str, ...]):
+        self.roots = roots
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname.split(".", 1)[0] in self.roots:
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        return _placeholder_module(spec.name)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+def missing_services() -> tuple[str, ...]:
+    """The optional services that are not installed (only these are ever stubbed)."""
+    return tuple(name for name in OPTIONAL_SERVICES if importlib.util.find_spec(name) is None)
+
+
+@contextlib.contextmanager
+def optional_services_stubbed() -> Iterator[tuple[str, ...]]:
+    """Placeholders for the missing optional services while the block imports verl."""
+    roots = missing_services()
+    if not roots:
+        yield roots
+        return
+    finder = _PlaceholderFinder(roots)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield roots
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [m for m in sys.modules if m.split(".", 1)[0] in roots]:
+            if isinstance(sys.modules[name].__spec__.loader, _PlaceholderFinder):
+                del sys.modules[name]
+
+
+def import_verl_module(name: str) -> types.ModuleType:
+    """Import a verl module, stubbing the missing optional services during the import."""
+    if name in sys.modules:
+        return sys.modules[name]
+    with optional_services_stubbed():
+        return importlib.import_module(name)

@@ -1,0 +1,36 @@
+"""The verl target: one binding mixin per contract area, composed over verl's functions."""
+
+from __future__ import annotations
+
+from rlconform.adapters.base import Target
+from rlconform.adapters.verl.advantage import AdvantageOps
+from rlconform.adapters.verl.aggregate import AggregateOps
+from rlconform.adapters.verl.batch import BatchOps
+from rlconform.adapters.verl.kl import KLOps
+from rlconform.adapters.verl.logprob import LogprobOps
+from rlconform.adapters.verl.manifest import DEVIATIONS, PROFILE
+from rlconform.adapters.verl.mask import MaskOps
+from rlconform.adapters.verl.metrics import MetricsOps
+from rlconform.adapters.verl.reward import RewardOps
+
+
+class VerlTarget(
+    MaskOps,
+    LogprobOps,
+    RewardOps,
+    KLOps,
+    AdvantageOps,
+    AggregateOps,
+    BatchOps,
+    MetricsOps,
+    Target,
+):
+    """verl's own postprocess functions behind the canonical padded layout."""
+
+    name = "verl"
+
+    def __init__(self, device: str = "cpu", version: str = "0.9.1"):
+        self.device = device
+        self.version = version
+        self.profile = PROFILE
+        self.deviations = dict(DEVIATIONS)

@@ -1,0 +1,34 @@
+"""The full certification of the installed verl: exit 0, every deviation observed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("verl")
+
+from rlconform.adapters.verl.manifest import DEVIATIONS  # noqa: E402
+from rlconform.conformance.cli import main  # noqa: E402
+from rlconform.conformance.registry import load_all  # noqa: E402
+
+# Clauses that pass or are declared (observed) deviations. Issue 4 asks for 40 passing once
+# the loss and offpolicy bindings land; with reward, mask, logprob, adv, agg, batch, metrics
+# and kl bound, verl 0.9.1 certifies 34.
+MIN_CERTIFIED = 34
+
+
+def test_full_certification_exits_0_with_every_deviation_observed(tmp_path):
+    out = tmp_path / "verl.json"
+    code = main(["certify", "verl", "--json", str(out)])
+    report = json.loads(out.read_text())
+    by_status: dict[str, list[str]] = {}
+    for result in report["clauses"]:
+        by_status.setdefault(result["status"], []).append(result["id"])
+    assert code == 0, [c for c in report["clauses"] if c["status"] in ("fail", "error")]
+    assert report["target"]["version"] == "0.9.1"
+    registered = load_all()
+    declared = sorted(clause_id for clause_id in DEVIATIONS if clause_id in registered)
+    assert sorted(by_status.get("deviation", [])) == declared, "stale or missing"
+    certified = by_status.get("pass", []) + by_status.get("deviation", [])
+    assert len(certified) >= MIN_CERTIFIED, by_status
