@@ -74,6 +74,19 @@ SLIME_DEVIATIONS: dict[str, str] = {
         "(|v - v_old| > c), not tokens where the clipped squared error is the larger; the "
         "per-token loss max((v_clip - R)^2, (v - R)^2) matches (profile value_loss_scale 1)"
     ),
+    "offpolicy.tis": (
+        "vanilla_tis_function returns a weight for every response token, tool tokens "
+        "included (the loss mask is applied once, by the reducer); on action tokens the "
+        "weights clamp(exp(old - rollout), low, high) match"
+    ),
+    "offpolicy.icepop": (
+        "icepop_function weights every response token, tool tokens included (the reducer "
+        "applies the loss mask); on action tokens the weights match"
+    ),
+    "offpolicy.opsm": (
+        "compute_opsm_mask returns 1 at tool tokens of kept sequences (the reducer applies "
+        "the loss mask); on action tokens the sequence masking matches"
+    ),
 }
 
 # Genuine contract violations observed at the certified commit: clause -> what and a
@@ -126,6 +139,16 @@ SLIME_FINDINGS: dict[str, str] = {
         "per-token entropies match; the entropy metric's per-token normaliser counts a "
         "sample with no valid token as one token (see agg.token_mean), and slime's default "
         "reducer averages per-sample means over all samples instead"
+    ),
+    "kl.estimators": (
+        "low_var_kl (the contract's k3) is exp(-r) - 1 + r in float32 then clamped to "
+        "+-10: for ref - logp > 88 exp overflows to inf and the gradient through the clamp "
+        "is 0 * inf = NaN (logp -100, ref -0.5: d/dlogp NaN, contract 0)"
+    ),
+    "kl.importance_weighted": (
+        "--use-unbiased-kl multiplies exp(logp - old) by the float32 KL: logp -100, ref -1, "
+        "old -0.5 gives exp(-99.5) * inf = inf, clamped to 10, where the product is "
+        "exp(-0.5) = 0.607 (the overflow is in the KL factor; no log-ratio clamp)"
     ),
     "agg.token_mean": (
         "--calculate-per-token-loss normalises by sum_i max(mask_i.sum(), 1): a fully "

@@ -430,8 +430,8 @@ _KL_TYPES["low_var_kl"] = "low_var_kl"
 
 
 def _kl_type(mode: str) -> str:
-    if mode not in _KL_TYPES:
-        raise ValueError(
+    if mode not in _KL_TYPES:  # abs, straight-through "+" modes: slime has none
+        raise NotImplementedError(
             f"slime's compute_approx_kl has no estimator for mode {mode!r} "
             "(kl_loss_type is one of k1, k2, k3, low_var_kl)"
         )
