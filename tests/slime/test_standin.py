@@ -29,6 +29,9 @@ SIGNATURE_LIMITED = {
     "adv.invariants": "nonzero output at a mask-0 token",
     # loss_function receives the step's rollout count from the trainer (all samples).
     "agg.seq_mean_token_mean": "local denominators",
+    # the ratio exp(logp - old) is formed before compute_approx_kl, in float32, as
+    # policy_loss_function does: at |logp - old| ~ 100 it is a denormal, whatever follows.
+    "kl.importance_weighted": "importance_weighted_kl",
 }
 
 

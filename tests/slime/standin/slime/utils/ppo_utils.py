@@ -13,21 +13,22 @@ _LOG_RATIO_CLAMP = 20.0
 
 
 def compute_approx_kl(log_probs, log_probs_base, kl_loss_type, importance_ratio=None):
-    diff = log_probs.float() - log_probs_base.float()
+    """In float64 (exp stays finite up to a log-ratio of 700), returned as float32."""
+    diff = log_probs.double() - log_probs_base.double()
     if kl_loss_type == "k1":
         kl = diff
     elif kl_loss_type == "k2":
         kl = 0.5 * diff * diff
     elif kl_loss_type in ("k3", "low_var_kl"):
         x = -diff
-        kl = torch.expm1(x.clamp(max=50.0)) - x  # beyond 50 the +-10 clamp decides
+        kl = torch.expm1(x.clamp(max=700.0)) - x  # beyond 700 the +-10 clamp decides
     else:
         raise ValueError(f"Unknown kl_loss_type: {kl_loss_type}")
     if importance_ratio is not None:
-        kl = importance_ratio * kl
+        kl = importance_ratio.double() * kl
     if kl_loss_type == "low_var_kl":
         kl = kl.clamp(-10.0, 10.0)
-    return kl
+    return kl.float()
 
 
 def compute_policy_loss(ppo_kl, advantages, eps_clip, eps_clip_high, eps_clip_c=None):
