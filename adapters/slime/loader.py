@@ -14,12 +14,10 @@ only the names slime's math path reads:
   ``get_advantages_and_returns_batch`` import it inside the function. The shim reports a
   single process: context/tensor/data parallel size 1, rank 0, groups None, last
   pipeline stage (the same approach as slime's own ``tests/_cp_dist_helpers.py``).
-- ``megatron.core.packed_seq_params.PackedSeqParams`` (Megatron): ``data.get_batch``
-  builds one from ``cu_seqlens``; the shim is a plain record of its keyword arguments.
 - ``httpx`` (HTTP client): ``slime.utils.types -> misc -> http_utils`` evaluates the
   annotation ``httpx.AsyncClient`` at import; the shim defines the four names it reads.
-- ``transformers`` (tokenizers): ``slime.utils.mask_utils`` imports ``AutoTokenizer``
-  only for an annotation.
+- ``transformers`` (tokenizers) is not needed: the only module importing it,
+  ``slime.utils.mask_utils``, is not bound (its generator needs a real HF tokenizer).
 - ``ray`` and ``sglang`` are not shimmed: ``slime/ray/rollout.py`` (which holds the
   reward post-processing) needs far more of them than a shim could honestly provide, so
   when they are absent its ``RolloutManager`` methods for reward post-processing and
@@ -71,16 +69,8 @@ def _install_megatron_shim() -> list[str]:
     mpu.get_data_parallel_world_size = lambda with_context_parallel=False: 1
     mpu.get_data_parallel_rank = lambda with_context_parallel=False: 0
     mpu.get_data_parallel_group = lambda with_context_parallel=False: None
-    packed = types.ModuleType("megatron.core.packed_seq_params")
-
-    class PackedSeqParams:  # Megatron's record of the packed (thd) attention layout
-        def __init__(self, **kwargs: Any) -> None:
-            self.__dict__.update(kwargs)
-
-    packed.PackedSeqParams = PackedSeqParams
     core = types.ModuleType("megatron.core")
     core.mpu = mpu
-    core.packed_seq_params = packed
     megatron = types.ModuleType("megatron")
     megatron.core = core
     megatron.__rlconform_shim__ = mpu.__rlconform_shim__
@@ -89,10 +79,9 @@ def _install_megatron_shim() -> list[str]:
             "megatron": megatron,
             "megatron.core": core,
             "megatron.core.mpu": mpu,
-            "megatron.core.packed_seq_params": packed,
         }
     )
-    return ["megatron.core.mpu (Megatron parallel state)", "megatron.core.packed_seq_params"]
+    return ["megatron.core.mpu (Megatron parallel state)"]
 
 
 def _install_httpx_shim() -> list[str]:
@@ -114,20 +103,9 @@ def _install_httpx_shim() -> list[str]:
     return ["httpx (HTTP client)"]
 
 
-def _install_transformers_shim() -> list[str]:
-    """``AutoTokenizer`` for the annotation in ``slime.utils.mask_utils``."""
-    if not _absent("transformers"):
-        return []
-    transformers = types.ModuleType("transformers")
-    transformers.__rlconform_shim__ = "tokenizers, annotation only"
-    transformers.AutoTokenizer = type("AutoTokenizer", (), {})
-    sys.modules["transformers"] = transformers
-    return ["transformers.AutoTokenizer (tokenizer, annotation only)"]
-
-
 def install_shims() -> list[str]:
     """Install every shim whose real package is absent; return what was shimmed."""
-    return _install_megatron_shim() + _install_httpx_shim() + _install_transformers_shim()
+    return _install_megatron_shim() + _install_httpx_shim()
 
 
 def locate(framework_path: str | None) -> Path | None:

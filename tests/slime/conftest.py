@@ -1,7 +1,7 @@
 """Fixtures for the slime adapter tests: a loaded target, with sys.modules restored after.
 
 Loading slime (the stand-in or a real checkout) puts a ``slime`` package and, where the
-real packages are absent, the adapter's shims (megatron, httpx, transformers) into
+real packages are absent, the adapter's shims (megatron, httpx) into
 ``sys.modules``; the fixtures take them out again so no other test sees them.
 """
 
