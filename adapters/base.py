@@ -47,6 +47,24 @@ class Profile:
         return data
 
 
+@dataclasses.dataclass(frozen=True)
+class Deviation:
+    """A declared deviation limited to the cases its ``scope`` names.
+
+    ``scope`` lists names from ``rlconform.conformance.scopes.SCOPES`` (e.g.
+    ``"padding_garbage"``, ``"empty_response"``); the clause must still pass on every case
+    outside it. A plain string in a manifest means the whole clause deviates.
+    """
+
+    rationale: str
+    scope: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        if not self.scope:
+            return self.rationale
+        return f"{self.rationale} [scope: {', '.join(self.scope)}]"
+
+
 class Target:
     """Base class for adapters. Subclasses define methods named after operations.
 
@@ -57,7 +75,7 @@ class Target:
     name: str = "unnamed"
     version: str = "0"
     profile: Profile = Profile()
-    deviations: Mapping[str, str] = {}
+    deviations: Mapping[str, str | Deviation] = {}
     device: str = "cpu"
 
     def implements(self, op: str) -> bool:

@@ -10,6 +10,7 @@ from rlconform.adapters.base import SetupError, Target
 BUILTIN_TARGETS: dict[str, str] = {
     "oracle": "rlconform.adapters.oracle_target:OracleTarget",
     "torchref": "rlconform.adapters.torchref:TorchRef",
+    "roll": "rlconform.adapters.roll:load",
     "verl": "rlconform.adapters.verl:load",
     "slime": "rlconform.adapters.slime:load",
 }

@@ -12,15 +12,17 @@ from typing import Any
 
 from hypothesis import HealthCheck, Verbosity, example, given, settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis.errors import Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
-from rlconform.adapters.base import Target
+from rlconform.adapters.base import Deviation, Target
 from rlconform.conformance.context import CheckContext
 from rlconform.conformance.errors import ClauseMismatch, ClauseTimeout, TargetError
 from rlconform.conformance.literal import to_jsonable, to_literal
 from rlconform.conformance.profiles import RunProfile
 from rlconform.conformance.registry import Clause
 from rlconform.conformance.results import ClauseResult, RunReport
+from rlconform.conformance.scopes import SCOPES, in_scope
 
 NOT_IMPLEMENTED = "not implemented by target"
 
@@ -94,18 +96,28 @@ def pinned_cases(clause: Clause) -> list[Any]:
     return list(clause.examples) + [c["inputs"] for c in committed_cases(clause.id)]
 
 
-def _explore(clause: Clause, ctx: CheckContext, run_profile: RunProfile, seed: int | None) -> None:
+def _explore(
+    clause: Clause,
+    ctx: CheckContext,
+    run_profile: RunProfile,
+    seed: int | None,
+    exclude: Callable[[Any], bool] | None = None,
+) -> None:
     strategy = resolve_strategy(clause, ctx.target)
     if strategy is None:
         check_once(clause, ctx, None)
         return
+    pinned = pinned_cases(clause)
+    if exclude is not None:
+        strategy = strategy.filter(lambda case: not exclude(case))
+        pinned = [case for case in pinned if not exclude(case)]
 
     def prop(case: Any) -> None:
         check_once(clause, ctx, case)
 
     test: Callable[..., None] = given(strategy)(prop)
-    for pinned in reversed(pinned_cases(clause)):
-        test = example(pinned)(test)
+    for case in reversed(pinned):
+        test = example(case)(test)
     max_examples = max(1, int(run_profile.max_examples * clause.max_examples_scale))
     test = settings(
         max_examples=max_examples,
@@ -150,13 +162,22 @@ def run_clause(
     """Certify one clause; never raises for anything the target or the clause does."""
     started = time.perf_counter()
     result = _run_clause(clause, target, run_profile, device=device, seed=seed)
+    declared = target.deviations.get(clause.id)
+    if declared is not None:
+        result = _apply_manifest(clause, result, declared, target, run_profile, device, seed)
     result.duration_s = time.perf_counter() - started
     result.title = clause.title
-    return _apply_manifest(result, target)
+    return result
 
 
 def _run_clause(
-    clause: Clause, target: Target, run_profile: RunProfile, *, device: str, seed: int | None
+    clause: Clause,
+    target: Target,
+    run_profile: RunProfile,
+    *,
+    device: str,
+    seed: int | None,
+    exclude: Callable[[Any], bool] | None = None,
 ) -> ClauseResult:
     missing = [op for op in clause.ops if not target.implements(op)]
     if missing:
@@ -168,7 +189,7 @@ def _run_clause(
     ctx = CheckContext(target=target, device=device, seed=seed or 0)
     try:
         with time_limit(run_profile.clause_time_limit_s):
-            _explore(clause, ctx, run_profile, seed)
+            _explore(clause, ctx, run_profile, seed, exclude)
     except _TimeLimitExceeded:
         return ClauseResult(
             clause.id, "error", f"timed out after {run_profile.clause_time_limit_s:g} s"
@@ -177,6 +198,10 @@ def _run_clause(
         if isinstance(raised, KeyboardInterrupt):
             raise
         failure = _first_failure(raised)
+        if exclude is not None and isinstance(failure, Unsatisfiable):
+            return ClauseResult(
+                clause.id, "pass", "no generated case lies outside the deviation scope"
+            )
         if isinstance(failure, ClauseMismatch):
             return ClauseResult(
                 clause.id, "fail", failure.message, _counterexample(clause, target, failure)
@@ -205,19 +230,50 @@ def _run_clause(
     return ClauseResult(clause.id, "pass")
 
 
-def _apply_manifest(result: ClauseResult, target: Target) -> ClauseResult:
-    rationale = target.deviations.get(result.id)
-    if rationale is None:
-        return result
-    if result.status in ("fail", "error"):
-        result.message = f"declared deviation: {rationale} | observed: {result.message}"
-        result.status = "deviation"
-    elif result.status == "pass":
+def _apply_manifest(
+    clause: Clause,
+    result: ClauseResult,
+    declared: str | Deviation,
+    target: Target,
+    run_profile: RunProfile,
+    device: str,
+    seed: int | None,
+) -> ClauseResult:
+    """Turn an observed, declared deviation into ``deviation``; flag stale or overreaching ones."""
+    deviation = declared if isinstance(declared, Deviation) else Deviation(str(declared))
+    if result.status == "pass":
         result.status = "fail"
         result.message = (
-            f"stale deviation: the manifest declares {rationale!r} but the clause passed; "
-            "remove the entry from the adapter's manifest"
+            f"stale deviation: the manifest declares {deviation.rationale!r} but the clause "
+            "passed; remove the entry from the adapter's manifest"
         )
+        return result
+    if result.status not in ("fail", "error"):
+        return result
+    if deviation.scope:
+        unknown = [name for name in deviation.scope if name not in SCOPES]
+        if unknown:
+            result.status = "error"
+            result.message = (
+                f"manifest names unknown deviation scope(s) {unknown}; known: {sorted(SCOPES)}"
+            )
+            return result
+        outside = _run_clause(
+            clause,
+            target,
+            run_profile,
+            device=device,
+            seed=seed,
+            exclude=lambda case: in_scope(deviation.scope, case),
+        )
+        if outside.status in ("fail", "error"):
+            outside.message = (
+                f"outside the declared deviation scope ({', '.join(deviation.scope)}): "
+                + outside.message
+            )
+            return outside
+    result.message = f"declared deviation: {deviation} | observed: {result.message}"
+    result.status = "deviation"
     return result
 
 
