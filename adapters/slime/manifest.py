@@ -26,7 +26,7 @@ Profile values are slime's own choices at the pinned commit (see the research no
 
 from __future__ import annotations
 
-from rlconform.adapters.base import Profile
+from rlconform.adapters.base import Deviation, Profile
 
 SLIME_PROFILE = Profile(
     name="slime",
@@ -51,16 +51,22 @@ SLIME_PROFILE = Profile(
 
 # clause id -> one-line rationale; every entry was observed against the real source
 # (a stale entry fails the clause, so this list cannot silently outlive a fix).
-SLIME_DEVIATIONS: dict[str, str] = {
-    "adv.invariants": (
-        "slime writes advantages/returns on every response token, tool tokens included, "
-        "and applies the loss mask once, in the reducer (x * loss_mask); values at mask-0 "
-        "tokens are therefore nonzero by design"
+SLIME_DEVIATIONS: dict[str, str | Deviation] = {
+    "adv.invariants": Deviation(
+        (
+            "slime writes advantages/returns on every response token, tool tokens included, "
+            "and applies the loss mask once, in the reducer (x * loss_mask); values at mask-0 "
+            "tokens are therefore nonzero by design"
+        ),
+        scope=("mask_holes",),
     ),
-    "agg.seq_mean_token_mean": (
-        "slime's per-rollout mean divides by the step's rollout count (global_batch_size, "
-        "fixed by configuration), so a sample with no action token (remove_sample, fully "
-        "masked) still counts in the denominator: a deliberate constant denominator"
+    "agg.seq_mean_token_mean": Deviation(
+        (
+            "slime's per-rollout mean divides by the step's rollout count (global_batch_size, "
+            "fixed by configuration), so a sample with no action token (remove_sample, fully "
+            "masked) still counts in the denominator: a deliberate constant denominator"
+        ),
+        scope=("no_action_sample",),
     ),
     "loss.gspo": (
         "slime implements sequence-level GSPO: ppo_kl is the sequence mean broadcast with "
@@ -74,18 +80,27 @@ SLIME_DEVIATIONS: dict[str, str] = {
         "(|v - v_old| > c), not tokens where the clipped squared error is the larger; the "
         "per-token loss max((v_clip - R)^2, (v - R)^2) matches (profile value_loss_scale 1)"
     ),
-    "offpolicy.tis": (
-        "vanilla_tis_function returns a weight for every response token, tool tokens "
-        "included (the loss mask is applied once, by the reducer); on action tokens the "
-        "weights clamp(exp(old - rollout), low, high) match"
+    "offpolicy.tis": Deviation(
+        (
+            "vanilla_tis_function returns a weight for every response token, tool tokens "
+            "included (the loss mask is applied once, by the reducer); on action tokens the "
+            "weights clamp(exp(old - rollout), low, high) match"
+        ),
+        scope=("mask_holes",),
     ),
-    "offpolicy.icepop": (
-        "icepop_function weights every response token, tool tokens included (the reducer "
-        "applies the loss mask); on action tokens the weights match"
+    "offpolicy.icepop": Deviation(
+        (
+            "icepop_function weights every response token, tool tokens included (the reducer "
+            "applies the loss mask); on action tokens the weights match"
+        ),
+        scope=("mask_holes",),
     ),
-    "offpolicy.opsm": (
-        "compute_opsm_mask returns 1 at tool tokens of kept sequences (the reducer applies "
-        "the loss mask); on action tokens the sequence masking matches"
+    "offpolicy.opsm": Deviation(
+        (
+            "compute_opsm_mask returns 1 at tool tokens of kept sequences (the reducer applies "
+            "the loss mask); on action tokens the sequence masking matches"
+        ),
+        scope=("mask_holes",),
     ),
 }
 
@@ -149,6 +164,16 @@ SLIME_FINDINGS: dict[str, str] = {
         "--use-unbiased-kl multiplies exp(logp - old) by the float32 KL: logp -100, ref -1, "
         "old -0.5 gives exp(-99.5) * inf = inf, clamped to 10, where the product is "
         "exp(-0.5) = 0.607 (the overflow is in the KL factor; no log-ratio clamp)"
+    ),
+    "adv.invariants": (
+        "outside the declared mask-hole deviation, GRPO is not group-local: adding a group "
+        "of another size switches _post_process_rewards to one batch-wide group (Dr. GRPO, "
+        "groups g0 = [masks [], [], [1] with reward 1] plus gx = two empty samples: 0.8, "
+        "not 0.667)"
+    ),
+    "agg.seq_mean_token_mean": (
+        "outside the declared denominator deviation, the reducer's x * loss_mask lets a "
+        "NaN at a mask-0 token through: mask [1, 0, 1], losses [0, NaN, 0] give NaN, not 0"
     ),
     "agg.token_mean": (
         "--calculate-per-token-loss normalises by sum_i max(mask_i.sum(), 1): a fully "

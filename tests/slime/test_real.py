@@ -32,7 +32,11 @@ def test_real_slime_matches_its_manifest(real_target):
     report = certify(real_target, select(None), get_run_profile("ci"))
     results = {r.id: r for r in report.clauses}
     for clause_id in SLIME_DEVIATIONS:
-        assert results[clause_id].status == "deviation", (clause_id, results[clause_id].message)
+        if clause_id not in SLIME_FINDINGS:  # else it fails outside its declared scope
+            assert results[clause_id].status == "deviation", (
+                clause_id,
+                results[clause_id].message,
+            )
     for clause_id in SLIME_FINDINGS:
         assert results[clause_id].status in ("fail", "error"), (
             f"{clause_id} no longer fails: update SLIME_FINDINGS and the published report"

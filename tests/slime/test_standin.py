@@ -130,3 +130,24 @@ def test_cli_with_standin_path_runs(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_report_notes_list_every_finding_and_deviation():
+    from rlconform.adapters.slime.manifest import SLIME_DEVIATIONS, SLIME_FINDINGS
+    from rlconform.adapters.slime.notes import render
+
+    ids = list(SLIME_FINDINGS) + list(SLIME_DEVIATIONS)
+    text = render({"clauses": [{"id": i, "status": "fail"} for i in ids]})
+    for clause_id in ids:
+        assert f"| `{clause_id}` |" in text
+    assert "624b824a898ab0ec1fcb4d373004c7f3852bf515" in text
+
+
+def test_no_action_sample_scope():
+    from rlconform.conformance.scopes import SCOPES
+
+    scope = SCOPES["no_action_sample"]
+    assert scope({"samples": [{"mask": [1, 0]}, {"mask": [0, 0]}]})
+    assert scope({"samples": [{"mask": []}]})
+    assert not scope({"samples": [{"mask": [1, 0, 1]}]})
+    assert not scope({"samples": []})
