@@ -104,6 +104,17 @@ SLIME_DEVIATIONS: dict[str, str | Deviation] = {
     ),
 }
 
+# The purity clauses call every bound operation on one drawn batch; place_reward_last
+# (REINFORCE++) raises on a sample without action tokens (the reward.place_last finding),
+# which is not a purity question: outside such batches the purity clauses must pass.
+_PURITY_SCOPE = Deviation(
+    "get_reinforce_plus_plus_returns raises AssertionError on a sample without an action "
+    "token (reported under reward.place_last); purity is certified on every other batch",
+    scope=("no_action_sample",),
+)
+for _clause in ("purity.no_mutation", "purity.deterministic", "purity.order"):
+    SLIME_DEVIATIONS[_clause] = _PURITY_SCOPE
+
 # Genuine contract violations observed at the certified commit: clause -> what and a
 # counterexample. They stay failures in the report (never declared as deviations).
 SLIME_FINDINGS: dict[str, str] = {
