@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from rlconform.adapters.base import Unsupported
 from rlconform.adapters.slime import layout
 
 # ---------------------------------------------------------------------------------------
@@ -382,7 +383,7 @@ class SlimeAggregateOps:
         loss_scale_factor: float | None = None,
     ) -> torch.Tensor:
         """``seq-mean-token-mean``: slime's default (per-rollout mean); ``token-mean``:
-        ``--calculate-per-token-loss``. slime has no other mode (NotImplementedError).
+        ``--calculate-per-token-loss``. slime has no other mode (``Unsupported``: a skip).
 
         Then what Megatron/DDP do with ``loss_function``'s output: divide by
         num_microbatches (1 here), and in per-token mode by the global token count (the
@@ -390,7 +391,7 @@ class SlimeAggregateOps:
         ``loss_function`` multiplies by the data-parallel size, which is ``dp_size`` here.
         """
         if mode not in ("seq-mean-token-mean", "token-mean"):
-            raise NotImplementedError(
+            raise Unsupported(
                 f"slime has no {mode!r} loss aggregation: its reducer is the per-sample mean "
                 "(default) or the per-token sum (--calculate-per-token-loss)"
             )
@@ -431,7 +432,7 @@ _KL_TYPES["low_var_kl"] = "low_var_kl"
 
 def _kl_type(mode: str) -> str:
     if mode not in _KL_TYPES:  # abs, straight-through "+" modes: slime has none
-        raise NotImplementedError(
+        raise Unsupported(
             f"slime's compute_approx_kl has no estimator for mode {mode!r} "
             "(kl_loss_type is one of k1, k2, k3, low_var_kl)"
         )
