@@ -132,3 +132,16 @@ def assert_padding_zero(
                         "actual": value,
                     },
                 )
+
+
+def non_tensor_rows(values: Sequence[Any]) -> Any:
+    """One Python value per row as a TensorDict entry (element-wise, so lists are not stacked).
+
+    An empty NonTensorStack cannot be assigned into a TensorDict on tensordict 0.10 (the
+    version verl 0.9.1 pins); an empty NonTensorData reads back as [] on every version.
+    """
+    from tensordict import NonTensorData, NonTensorStack
+
+    if not values:
+        return NonTensorData(data=[], batch_size=[0])
+    return NonTensorStack(*[NonTensorData(value) for value in values])

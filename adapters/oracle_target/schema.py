@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import NonTensorData, NonTensorStack, TensorDict
+from tensordict import TensorDict
 
-from rlconform.conformance.harness import pad_left, pad_right, torch_dtype
+from rlconform.conformance.harness import non_tensor_rows, pad_left, pad_right, torch_dtype
 from rlconform.oracle import schema as oracle_schema
 
 
@@ -39,12 +39,5 @@ class SchemaOps:
         batch = TensorDict(tensors, batch_size=[len(samples)]).to(self.device)
         for name, (kind, _, _) in oracle_schema.BATCH_SCHEMA.items():
             if kind == "non_tensor":
-                batch[name] = row_values(columns[name])
+                batch[name] = non_tensor_rows(columns[name])
         return batch
-
-
-def row_values(values: list[Any]) -> NonTensorStack:
-    """One Python value per row (element-wise, so that list values are not stacked)."""
-    if not values:
-        return NonTensorStack.from_list([])
-    return NonTensorStack(*[NonTensorData(value) for value in values])

@@ -6,8 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from tensordict import NonTensorData, NonTensorStack, TensorDict
+from tensordict import TensorDict
 
+from rlconform.conformance.harness import non_tensor_rows
 from rlconform.oracle.errors import ContractError
 
 _STATUSES = frozenset(("completed", "truncated", "aborted", "tool_error", "failed"))
@@ -252,12 +253,5 @@ class SchemaOps:
         }
         out = TensorDict(tensors, batch_size=[batch], device=device)
         for name, values in non_tensors.items():
-            out[name] = row_values(values)
+            out[name] = non_tensor_rows(values)
         return out
-
-
-def row_values(values: list[Any]) -> NonTensorStack:
-    """One Python value per row (element-wise, so that list values are not stacked)."""
-    if not values:
-        return NonTensorStack.from_list([])
-    return NonTensorStack(*[NonTensorData(value) for value in values])
