@@ -17,6 +17,11 @@ class SetupError(Exception):
     """A usage or setup problem: the CLI prints the message and exits 2."""
 
 
+class Unsupported(NotImplementedError):
+    """Raised by an operation for a variant the framework does not offer (e.g. a loss
+    aggregation mode it lacks): the clause is skipped, "not implemented by target"."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Profile:
     """Legitimate parameters a framework chooses (CONTRACT: "profile").

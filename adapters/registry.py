@@ -12,6 +12,7 @@ BUILTIN_TARGETS: dict[str, str] = {
     "torchref": "rlconform.adapters.torchref:TorchRef",
     "roll": "rlconform.adapters.roll:load",
     "verl": "rlconform.adapters.verl:load",
+    "slime": "rlconform.adapters.slime:load",
 }
 
 

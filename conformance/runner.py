@@ -15,7 +15,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
-from rlconform.adapters.base import Deviation, Target
+from rlconform.adapters.base import Deviation, Target, Unsupported
 from rlconform.conformance.context import CheckContext
 from rlconform.conformance.errors import ClauseMismatch, ClauseTimeout, TargetError
 from rlconform.conformance.literal import to_jsonable, to_literal
@@ -206,6 +206,9 @@ def _run_clause(
             return ClauseResult(
                 clause.id, "fail", failure.message, _counterexample(clause, target, failure)
             )
+        if isinstance(failure, TargetError) and isinstance(failure.original, Unsupported):
+            # the target declares the requested variant absent (e.g. a mode it lacks)
+            return ClauseResult(clause.id, "skip", f"{NOT_IMPLEMENTED}: {failure.original}")
         if isinstance(failure, TargetError):
             return ClauseResult(
                 clause.id,
@@ -269,6 +272,9 @@ def _apply_manifest(
                 + outside.message
             )
             return outside
+        if outside.message:
+            # the scope covered every generated case: it is a whole-clause deviation in effect
+            result.message += f" | note: {outside.message}"
     result.message = f"declared deviation: {deviation} | observed: {result.message}"
     result.status = "deviation"
     return result

@@ -150,3 +150,11 @@ SCOPES: dict[str, Callable[[Any], bool]] = {
 def in_scope(scope: tuple[str, ...], case: Any) -> bool:
     """True when ``case`` has any feature the scope names."""
     return any(SCOPES[name](case) for name in scope)
+
+
+def no_action_sample(case: Any) -> bool:
+    """Some sample has no action token (L_i = 0, or every mask entry 0)."""
+    return any(not any(mask) for mask in _sample_masks(case))
+
+
+SCOPES["no_action_sample"] = no_action_sample

@@ -1,0 +1,182 @@
+"""slime (THUDM/slime) as a certification target: layout conversion + slime's own functions.
+
+``rlconform certify slime --framework-path /path/to/slime`` (or an installed slime).
+Every operation converts the canonical padded tensors into slime's per-sample
+response-only lists (``adapters/slime/layout.py``), calls slime's own function and
+converts back; the adapter contains no RL math. Operations slime has no function for are
+absent (their clauses are skipped as "not implemented by target").
+
+``torch.compile``: ``compute_approx_kl``, ``compute_policy_loss`` and
+``compute_cispo_loss`` are decorated ``@torch.compile(dynamic=True)``. The adapter calls
+the undecorated Python function (``__wrapped__``): compiled, each new Python scalar
+(every ``eps_clip`` a generated case draws, every ``kl_loss_type``) triggers a
+recompilation of seconds, and after 8 of them dynamo silently falls back to eager, so a
+certification would spend minutes compiling and still end up certifying eager code. The
+compiled and eager results were bit-identical on every input tried (research notes);
+set ``RLCONFORM_SLIME_COMPILED=1`` to call the compiled functions instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from rlconform.adapters.base import Target
+from rlconform.adapters.slime import loader
+from rlconform.adapters.slime.manifest import SLIME_DEVIATIONS, SLIME_PROFILE
+from rlconform.adapters.slime.ops import (
+    SlimeAdvantageOps,
+    SlimeAggregateOps,
+    SlimeKLOps,
+    SlimeLogprobOps,
+    SlimeLossOps,
+    SlimeMaskOps,
+    SlimeOffpolicyOps,
+    SlimeRewardOps,
+)
+
+# slime function -> (module, attribute). Compiled ones are unwrapped (module docstring).
+FUNCTIONS: dict[str, tuple[str, str]] = {
+    "compute_approx_kl": ("slime.utils.ppo_utils", "compute_approx_kl"),
+    "compute_policy_loss": ("slime.utils.ppo_utils", "compute_policy_loss"),
+    "compute_cispo_loss": ("slime.utils.ppo_utils", "compute_cispo_loss"),
+    "compute_opsm_mask": ("slime.utils.ppo_utils", "compute_opsm_mask"),
+    "compute_gspo_kl": ("slime.utils.ppo_utils", "compute_gspo_kl"),
+    "get_grpo_returns": ("slime.utils.ppo_utils", "get_grpo_returns"),
+    "get_reinforce_plus_plus_returns": ("slime.utils.ppo_utils", "get_reinforce_plus_plus_returns"),
+    "get_reinforce_plus_plus_baseline_advantages": (
+        "slime.utils.ppo_utils",
+        "get_reinforce_plus_plus_baseline_advantages",
+    ),
+    "get_advantages_and_returns_batch": (
+        "slime.utils.ppo_utils",
+        "get_advantages_and_returns_batch",
+    ),
+    "calculate_log_probs_and_entropy": ("slime.utils.ppo_utils", "calculate_log_probs_and_entropy"),
+    "distributed_masked_whiten": ("slime.utils.distributed_utils", "distributed_masked_whiten"),
+    "get_sum_of_sample_mean": ("slime.backends.megatron_utils.cp_utils", "get_sum_of_sample_mean"),
+    "get_log_probs_and_entropy": (
+        "slime.backends.megatron_utils.loss",
+        "get_log_probs_and_entropy",
+    ),
+    "vanilla_tis_function": ("slime.backends.megatron_utils.loss", "vanilla_tis_function"),
+    "icepop_function": ("slime.backends.megatron_utils.loss", "icepop_function"),
+    "loss_function": ("slime.backends.megatron_utils.loss", "loss_function"),
+    "value_loss_function": ("slime.backends.megatron_utils.loss", "value_loss_function"),
+    "Sample": ("slime.utils.types", "Sample"),
+}
+
+COMPILED = ("compute_approx_kl", "compute_policy_loss", "compute_cispo_loss")
+
+# operation -> the slime functions it needs; an operation whose functions are missing is
+# removed from the target (its clauses are skipped, not failed).
+OP_NEEDS: dict[str, tuple[str, ...]] = {
+    "response_logprobs": ("get_log_probs_and_entropy",),
+    "logprobs_on_support": ("get_log_probs_and_entropy",),
+    "entropy_from_logits": ("calculate_log_probs_and_entropy",),
+    "entropy_mean": ("calculate_log_probs_and_entropy", "loss_function"),
+    "valid_token_mask": ("convert_samples_to_train_data",),
+    "masked_mean": ("get_sum_of_sample_mean",),
+    "place_reward_last": ("get_reinforce_plus_plus_returns",),
+    "normalize_rewards": ("post_process_rewards", "Sample"),
+    "agg_loss": ("loss_function",),
+    "agg_batch_info": ("loss_function",),
+    "kl_penalty": ("compute_approx_kl",),
+    "importance_weighted_kl": ("compute_approx_kl",),
+    "tis_weights": ("vanilla_tis_function",),
+    "icepop_weights": ("icepop_function",),
+    "opsm_mask": ("compute_opsm_mask",),
+    "advantage_gae": ("get_advantages_and_returns_batch", "distributed_masked_whiten"),
+    "advantage_grpo": ("post_process_rewards", "get_grpo_returns", "Sample"),
+    "advantage_reinforce_pp": ("get_reinforce_plus_plus_returns", "distributed_masked_whiten"),
+    "advantage_reinforce_pp_baseline": (
+        "post_process_rewards",
+        "get_reinforce_plus_plus_baseline_advantages",
+        "distributed_masked_whiten",
+        "Sample",
+    ),
+    "ppo_clip_loss": ("compute_policy_loss", "get_sum_of_sample_mean"),
+    "gspo_loss": ("compute_gspo_kl", "compute_policy_loss", "get_sum_of_sample_mean"),
+    "cispo_loss": ("compute_cispo_loss", "get_sum_of_sample_mean"),
+    "value_loss": ("value_loss_function", "get_sum_of_sample_mean"),
+}
+
+
+class SlimeTarget(
+    SlimeMaskOps,
+    SlimeLogprobOps,
+    SlimeRewardOps,
+    SlimeKLOps,
+    SlimeAdvantageOps,
+    SlimeLossOps,
+    SlimeOffpolicyOps,
+    SlimeAggregateOps,
+    Target,
+):
+    """slime's own functions behind the canonical operation names."""
+
+    name = "slime"
+
+    def __init__(self, fw: SimpleNamespace, version: str, device: str = "cpu", shims=()):
+        self.fw = fw
+        self.version = version
+        self.device = device
+        self.profile = SLIME_PROFILE
+        self.deviations = dict(SLIME_DEVIATIONS)
+        self.shims = list(shims)
+        self.missing = sorted(
+            {fn for fns in OP_NEEDS.values() for fn in fns if getattr(fw, fn, None) is None}
+        )
+        for op, needs in OP_NEEDS.items():
+            if any(getattr(fw, fn, None) is None for fn in needs):
+                setattr(self, op, None)
+
+    def describe(self) -> dict[str, str]:
+        info = super().describe()
+        info["shims"] = ", ".join(self.shims) or "none"
+        return info
+
+
+def _resolve(compiled: bool) -> SimpleNamespace:
+    fw = SimpleNamespace(import_errors={})
+    modules: dict[str, Any] = {}
+    for name, (module_name, attribute) in FUNCTIONS.items():
+        if module_name not in modules:
+            try:
+                modules[module_name] = importlib.import_module(module_name)
+            except Exception as exc:  # noqa: BLE001 - recorded, its operations are skipped
+                modules[module_name] = None
+                fw.import_errors[module_name] = f"{type(exc).__name__}: {exc}"
+        module = modules[module_name]
+        fn = getattr(module, attribute, None) if module is not None else None
+        if fn is not None and name in COMPILED and not compiled:
+            fn = loader.uncompiled(fn)
+        setattr(fw, name, fn)
+    try:
+        fw.post_process_rewards, fw.convert_samples_to_train_data = loader.rollout_conversion()
+    except Exception as exc:  # noqa: BLE001 - recorded, those operations are skipped
+        fw.post_process_rewards = fw.convert_samples_to_train_data = None
+        fw.import_errors["slime.ray.rollout"] = f"{type(exc).__name__}: {exc}"
+    return fw
+
+
+def load(device: str = "cpu", framework_path: str | None = None) -> SlimeTarget:
+    """Find slime (installed, or the checkout at ``framework_path``) and bind it.
+
+    Raises SetupError (CLI exit 2) with what to do when slime cannot be imported.
+    """
+    root: Path | None = loader.locate(framework_path)
+    shims = loader.install_shims()
+    try:
+        importlib.import_module("slime.utils.ppo_utils")
+    except ImportError as exc:
+        from rlconform.adapters.base import SetupError
+
+        where = f" from {root}" if root is not None else ""
+        raise SetupError(f"cannot import slime.utils.ppo_utils{where}: {exc}") from exc
+    compiled = os.environ.get("RLCONFORM_SLIME_COMPILED") == "1"
+    fw = _resolve(compiled)
+    return SlimeTarget(fw, loader.version(root), device=device, shims=shims)

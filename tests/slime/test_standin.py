@@ -1,0 +1,153 @@
+"""The adapter's plumbing, exercised against the stand-in package (no slime needed).
+
+The stand-in has slime's module paths and signatures and the contract's math, so a
+certification through the adapter passes every clause the adapter binds, except where
+slime's *signature* cannot carry what the clause needs (listed below, with the reason);
+those are checked to fail in exactly that way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rlconform.adapters.base import SetupError
+from rlconform.conformance.profiles import get_run_profile
+from rlconform.conformance.registry import select
+from rlconform.conformance.runner import certify
+from tests.slime.conftest import STANDIN
+
+# Clauses the stand-in cannot pass through slime's signatures, whatever its math.
+SIGNATURE_LIMITED = {
+    # get_advantages_and_returns_batch takes no loss mask and no bootstrap value.
+    "adv.gae": "advantage_gae",
+    # get_grpo_returns / GAE write every response token (the reducer applies the mask).
+    "adv.invariants": "nonzero output at a mask-0 token",
+    # loss_function receives the step's rollout count from the trainer (all samples).
+    "agg.seq_mean_token_mean": "local denominators",
+    # the ratio exp(logp - old) is formed before compute_approx_kl, in float32, as
+    # policy_loss_function does: at |logp - old| ~ 100 it is a denormal, whatever follows.
+    "kl.importance_weighted": "importance_weighted_kl",
+}
+
+
+def test_standin_certification_passes_every_bound_clause(standin_target):
+    target = standin_target
+    target.deviations = {}  # the manifest describes real slime, not the stand-in
+    # the stand-in's compute_policy_loss clamps every log-ratio at 20 (loss.ppo_clip), the
+    # sequence ratio of GSPO included, where slime's profile says unclamped
+    extra = {**target.profile.extra, "gspo_log_ratio_max": 20.0}
+    target.profile = dataclasses.replace(target.profile, extra=extra)
+    report = certify(target, select(None), get_run_profile("ci"))
+    statuses = {r.id: r for r in report.clauses}
+    bound = [r for r in report.clauses if r.status != "skip"]
+    assert len(bound) >= 10, [r.id for r in bound]
+    for result in bound:
+        if result.id in SIGNATURE_LIMITED:
+            assert result.status == "fail", (result.id, result.status, result.message)
+            assert SIGNATURE_LIMITED[result.id] in result.message, result.message
+        else:
+            assert result.status == "pass", (result.id, result.status, result.message)
+    for clause_id in ("logprob.alignment", "reward.place_last", "adv.grpo", "mask.loss"):
+        assert statuses[clause_id].status == "pass"
+    # modes slime does not have are skips with the reason, not errors
+    assert statuses["agg.token_sum"].status == "skip"
+    assert "slime has no 'token-sum'" in statuses["agg.token_sum"].message
+
+
+def test_standin_describe_version_and_shims(standin_target):
+    info = standin_target.describe()
+    assert info["name"] == "slime"
+    assert info["version"] == "0.0.0+standin+git.unknown"  # setup.py version, no .git
+    assert standin_target.missing == []
+    import slime
+
+    assert str(STANDIN) in slime.__file__
+    for shim in standin_target.shims:  # only modules that were absent are shimmed
+        name = shim.split()[0].split(".")[0]
+        assert getattr(sys.modules[name], "__rlconform_shim__", None)
+
+
+def test_uncompiled_unwraps_torch_compile():
+    from rlconform.adapters.slime.loader import uncompiled
+
+    def f(x):
+        return x + 1
+
+    compiled = torch.compile(f, dynamic=True)
+    assert uncompiled(compiled) is f
+    assert uncompiled(f) is f
+
+
+def test_missing_checkout_path_is_a_setup_error(tmp_path, isolated_imports):
+    from rlconform.adapters.slime import load
+
+    with pytest.raises(SetupError, match="no slime/__init__.py"):
+        load(framework_path=str(tmp_path))
+
+
+def test_git_head_of_a_checkout(tmp_path):
+    from rlconform.adapters.slime.loader import version
+
+    (tmp_path / "setup.py").write_text('setup(name="slime", version="9.9")\n')
+    git = tmp_path / ".git"
+    (git / "refs" / "heads").mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    (git / "refs" / "heads" / "main").write_text("abc123\n")
+    assert version(tmp_path) == "9.9+git.abc123"
+    (git / "HEAD").write_text("def456\n")
+    assert version(tmp_path) == "9.9+git.def456"
+
+
+def test_cli_without_slime_exits_2_with_what_to_do(tmp_path):
+    code = (
+        "import sys, importlib.util\n"
+        "if importlib.util.find_spec('slime') is not None: sys.exit(99)\n"
+        "from rlconform.conformance.cli import main\n"
+        "sys.exit(main(['certify', 'slime', '--only', 'kl.*']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    if done.returncode == 99:
+        pytest.skip("slime is installed in this environment")
+    assert done.returncode == 2, done.stderr
+    assert "--framework-path" in done.stderr + done.stdout
+
+
+def test_cli_with_standin_path_runs(tmp_path):
+    code = (
+        "import sys\n"
+        "from rlconform.conformance.cli import main\n"
+        f"sys.exit(main(['certify', 'slime', '--framework-path', {str(STANDIN)!r}, "
+        "'--only', 'logprob.alignment']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_report_notes_list_every_finding_and_deviation():
+    from rlconform.adapters.slime.manifest import SLIME_DEVIATIONS, SLIME_FINDINGS
+    from rlconform.adapters.slime.notes import render
+
+    ids = list(SLIME_FINDINGS) + list(SLIME_DEVIATIONS)
+    text = render({"clauses": [{"id": i, "status": "fail"} for i in ids]})
+    for clause_id in ids:
+        assert f"| `{clause_id}` |" in text
+    assert "624b824a898ab0ec1fcb4d373004c7f3852bf515" in text
+
+
+def test_no_action_sample_scope():
+    from rlconform.conformance.scopes import SCOPES
+
+    scope = SCOPES["no_action_sample"]
+    assert scope({"samples": [{"mask": [1, 0]}, {"mask": [0, 0]}]})
+    assert scope({"samples": [{"mask": []}]})
+    assert not scope({"samples": [{"mask": [1, 0, 1]}]})
+    assert not scope({"samples": []})
