@@ -133,7 +133,6 @@ def lower_ratio_bound(case: Any) -> bool:
     )
 
 
-
 def sampling_truncation(case: Any) -> bool:
     """The case samples from a truncated support: ``top_k`` above 0 or ``top_p`` below 1."""
     return any(
@@ -153,6 +152,7 @@ def no_tokens(case: Any) -> bool:
             if any(isinstance(s, dict) and s.get("tokens") for s in item):
                 return False
     return found
+
 
 SCOPES: dict[str, Callable[[Any], bool]] = {
     "padding_garbage": padding_garbage,

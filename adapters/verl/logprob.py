@@ -61,7 +61,9 @@ class LogprobOps:
         from verl.utils.torch_functional import logprobs_from_logits, post_process_logits
 
         real = response_mask.bool()
-        scaled = post_process_logits(responses[real], logits[real].clone(), temperature, top_k, top_p)
+        scaled = post_process_logits(
+            responses[real], logits[real].clone(), temperature, top_k, top_p
+        )
         logprobs = logprobs_from_logits(logits=scaled, labels=responses[real])
         out = torch.zeros(responses.shape, dtype=logprobs.dtype, device=logprobs.device)
         out[real] = logprobs
