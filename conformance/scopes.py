@@ -133,6 +133,27 @@ def lower_ratio_bound(case: Any) -> bool:
     )
 
 
+def sampling_truncation(case: Any) -> bool:
+    """The case samples from a truncated support: ``top_k`` above 0 or ``top_p`` below 1."""
+    return any(
+        (key == "top_k" and isinstance(item, int) and item > 0)
+        or (key == "top_p" and isinstance(item, (int, float)) and item < 1)
+        for key, item in _walk(case)
+    )
+
+
+def no_tokens(case: Any) -> bool:
+    """For cases whose samples carry ``tokens`` instead of masks: no sample, or every
+    sample's ``tokens`` list is empty (not one response token in the batch)."""
+    found = False
+    for key, item in _walk(case):
+        if key == "samples" and isinstance(item, list):
+            found = True
+            if any(isinstance(s, dict) and s.get("tokens") for s in item):
+                return False
+    return found
+
+
 SCOPES: dict[str, Callable[[Any], bool]] = {
     "padding_garbage": padding_garbage,
     "empty_response": empty_response,
@@ -144,6 +165,8 @@ SCOPES: dict[str, Callable[[Any], bool]] = {
     "lower_ratio_bound": lower_ratio_bound,
     "truncated_sample": truncated_sample,
     "empty_shard": empty_shard,
+    "sampling_truncation": sampling_truncation,
+    "no_tokens": no_tokens,
 }
 
 

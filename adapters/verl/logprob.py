@@ -42,6 +42,33 @@ class LogprobOps:
         )
         return no_padding_2_padding(logprobs, data)
 
+    def sampling_logprobs(
+        self,
+        logits: torch.Tensor,
+        responses: torch.Tensor,
+        response_mask: torch.Tensor,
+        temperature: float = 1.0,
+        top_k: int = -1,
+        top_p: float = 1.0,
+    ) -> torch.Tensor:
+        """logprob.sampling_distribution: the actor's ``post_process_logits`` (given top_k and
+        top_p) then ``logprobs_from_logits`` on the response tokens (response mask 1), padded
+        back with 0 as ``no_padding_2_padding`` does.
+
+        ``post_process_logits`` divides in place, as on the model's own fresh output in verl's
+        actor; here it gets a copy of the selected rows, so the caller's logits stay intact.
+        """
+        from verl.utils.torch_functional import logprobs_from_logits, post_process_logits
+
+        real = response_mask.bool()
+        scaled = post_process_logits(
+            responses[real], logits[real].clone(), temperature, top_k, top_p
+        )
+        logprobs = logprobs_from_logits(logits=scaled, labels=responses[real])
+        out = torch.zeros(responses.shape, dtype=logprobs.dtype, device=logprobs.device)
+        out[real] = logprobs
+        return out
+
     def entropy_from_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """entropy.from_logits: ``verl.utils.torch_functional.entropy_from_logits``."""
         from verl.utils.torch_functional import entropy_from_logits

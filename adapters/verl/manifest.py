@@ -65,6 +65,25 @@ DEVIATIONS: dict[str, str | Deviation] = {
         "the whole attention mask",
         scope=("layout_violation", "zero_width_response"),
     ),
+    "layout.pack": Deviation(
+        "remove-padding (attention_utils.unpad_input, used by left_right_2_no_padding) takes "
+        "seqlens.max() over the batch, so packing a batch of no samples raises RuntimeError",
+        scope=("empty_batch",),
+    ),
+    "layout.roundtrip": Deviation(
+        "remove-padding (attention_utils.unpad_input) and build_attention_mask_from_nested take "
+        "seqlens.max() over the batch, so unpadding or unpacking a batch of no samples raises "
+        "RuntimeError",
+        scope=("empty_batch",),
+    ),
+    "logprob.sampling_distribution": Deviation(
+        "post_process_logits applies only the temperature (its top-k / top-p warpers are "
+        "commented out), so the actor's log-probs are over the full vocabulary, not the "
+        "truncated support the rollout sampled from; on a batch without a response token "
+        "logprobs_from_logits (its torch fallback, logprobs_from_logits_v2) stacks an empty "
+        "list and raises RuntimeError",
+        scope=("sampling_truncation", "no_tokens"),
+    ),
     "kl.in_reward": Deviation(
         "apply_kl_penalty masks the KL by multiplying (NaN * 0 = NaN), so NaN log-probs at "
         "padding give NaN token rewards, and an empty batch gives a NaN KL metric",

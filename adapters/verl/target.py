@@ -7,6 +7,7 @@ from rlconform.adapters.verl.advantage import AdvantageOps
 from rlconform.adapters.verl.aggregate import AggregateOps
 from rlconform.adapters.verl.batch import BatchOps
 from rlconform.adapters.verl.kl import KLOps
+from rlconform.adapters.verl.layout import LayoutOps
 from rlconform.adapters.verl.logprob import LogprobOps
 from rlconform.adapters.verl.loss import LossOps
 from rlconform.adapters.verl.manifest import DEVIATIONS, PROFILE
@@ -18,6 +19,7 @@ from rlconform.adapters.verl.reward import RewardOps
 
 class VerlTarget(
     MaskOps,
+    LayoutOps,
     LogprobOps,
     RewardOps,
     KLOps,
