@@ -85,9 +85,11 @@ _FILTER_EXAMPLES = (
             _sample("b", rollout_logprobs=[float("nan")]),  # logprob_mismatch before non_finite
             _sample("c", status="tool_error", reward=float("nan")),  # non_finite before tool_error
             _sample("d", status="tool_error", reward=0.0),
-            _sample("e", status="truncated", reward=0.0),  # policy keep: kept
-            _sample("f", status="failed", reward=0.0),  # failed but scored: kept
-            _sample("g", reward={"score": 1.0, "format": float("inf")}),  # non_finite in a dict
+            _sample("e", status="truncated", reward=0.0, response_ids=[4, 5]),  # policy keep: kept
+            _sample("f", status="failed", reward=0.0, response_ids=[6]),  # failed but scored: kept
+            _sample(
+                "g", reward={"score": 1.0, "format": float("inf")}, response_ids=[7]
+            ),  # non_finite in a dict
         ],
         "config": {},
         "scope": "group",
