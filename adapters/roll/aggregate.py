@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from rlconform.adapters.base import Unsupported
 from rlconform.adapters.roll.common import RollCommon
 
 #: The verl mode names the contract uses, which ROLL shares; ROLL has no token-sum.
@@ -40,7 +41,7 @@ class AggregateBindings(RollCommon):
         DDP's averaging; that factor is applied here, outside ``agg_loss``.
         """
         if mode not in ROLL_AGG_MODES:
-            raise NotImplementedError(f"ROLL's agg_loss has no mode {mode!r}")
+            raise Unsupported(f"ROLL's agg_loss has no mode {mode!r}")
         width = None
         if mode == "seq-mean-token-sum-norm":
             constant = loss_scale_factor

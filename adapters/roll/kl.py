@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from rlconform.adapters.base import Unsupported
 from rlconform.adapters.roll.common import RollCommon
 from rlconform.adapters.roll.layout import RollLayout, response_lengths
 
@@ -22,9 +23,9 @@ KL_PENALTY = {
 
 def roll_kl_penalty(mode: str) -> str:
     if mode.endswith("+"):
-        raise NotImplementedError(f"ROLL has no straight-through KL mode ({mode!r})")
+        raise Unsupported(f"ROLL has no straight-through KL mode ({mode!r})")
     if mode not in KL_PENALTY:
-        raise NotImplementedError(f"ROLL has no KL estimator {mode!r}")
+        raise Unsupported(f"ROLL has no KL estimator {mode!r}")
     return KL_PENALTY[mode]
 
 

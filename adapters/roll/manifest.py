@@ -44,14 +44,6 @@ DEVIATIONS: dict[str, str] = {
         "get_eos_mask takes one EOS token id; a set of EOS ids cannot be passed (every "
         "single-id case passes; ROLL's generated masks come from the pad token instead)"
     ),
-    "agg.token_sum": (
-        "agg_loss offers no token-sum mode (token-mean, seq-mean-token-sum, "
-        "seq-mean-token-mean, seq-mean-token-sum-norm only)"
-    ),
-    "kl.straight_through": (
-        "compute_approx_kl has no straight-through modes (k3+, k1+, ...): every ROLL KL "
-        "estimator returns its own value with its own gradient"
-    ),
     "metrics.reduce": (
         "reduce_metrics picks the reducer from an explicit '@tag' or '_tag' ending of the "
         "key (mean/max/min/p50/p99/std/sum), not from a substring anywhere in it: "
