@@ -2,6 +2,14 @@
 
 Nothing here computes: it moves canonical tensors into ROLL's layout and containers and
 back. The math is always one of ROLL's own functions.
+
+Two kinds of "ROLL cannot do this" are told apart on purpose. A whole mode ROLL does not
+offer (token-sum aggregation, straight-through KL) raises ``Unsupported``: the clause is
+skipped as "not implemented by target". A particular input ROLL's signature cannot express
+(a truncated sample's bootstrap value, groups of unequal size, a non-default eps, a missing
+DataProto) raises ``NotImplementedError`` with the reason: the clause is reported as
+``error`` naming that limitation, so it stays visible and never hides the clause's other
+cases behind a skip.
 """
 
 from __future__ import annotations
