@@ -9,7 +9,7 @@ operation gets ``skip`` ("not implemented by target") on every clause that needs
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
@@ -19,7 +19,15 @@ class SetupError(Exception):
 
 class Unsupported(NotImplementedError):
     """Raised by an operation for a variant the framework does not offer (e.g. a loss
-    aggregation mode it lacks): the clause is skipped, "not implemented by target"."""
+    aggregation mode it lacks). Every case that asks for it is skipped; when no case of a
+    clause is left, the clause is skipped ("not implemented by target")."""
+
+
+class Inexpressible(ValueError):
+    """Raised by an adapter for one input its framework's signature cannot express (e.g.
+    unequal groups for an API that takes a ``(groups, n)`` grid, a bootstrap value a GAE
+    without one cannot take). That case only is skipped and counted; the clause goes on
+    with every other case, so an unrelated break in it still shows. The message says why."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,36 +60,87 @@ class Profile:
         return data
 
 
+# Old scope names (before CONTRACT §0a) and the feature ids that replace them.
+_LEGACY_SCOPES: dict[str, tuple[str, ...]] = {
+    "padding_garbage": ("padding_finite", "padding_nonfinite", "overflow", "padding_rewards"),
+    "zero_width_response": ("zero_width",),
+    "no_tokens": ("empty_batch", "no_samples"),
+    "no_action_sample": ("empty_response", "actionless_sample"),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Deviation:
-    """A declared deviation limited to the cases its ``scope`` names.
+    """A declared break: failures of ``checks`` on cases with any of ``features``.
 
-    ``scope`` lists names from ``rlconform.conformance.scopes.SCOPES`` (e.g.
-    ``"padding_garbage"``, ``"empty_response"``); the clause must still pass on every case
-    outside it. A plain string in a manifest means the whole clause deviates.
+    ``checks`` names assertions of the clause (``rlconform clauses --checks`` lists them;
+    every clause also has ``runs``, ``no_mutation`` and ``deterministic``); ``features`` are
+    CONTRACT §0a feature ids (empty: any case). A failure of another check, or of a covered
+    check on a case without any of the features, is still reported as a new failure; an
+    entry that is never observed is stale (``fail``). Without ``checks`` the entry covers the
+    whole clause: allowed for a user's own adapter, never in a shipped baseline.
+    ``scope`` is the pre-§0a name of ``features`` (old scope names are translated).
     """
 
     rationale: str
-    scope: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    scope: dataclasses.InitVar[tuple[str, ...] | None] = None
+
+    def __post_init__(self, scope: tuple[str, ...] | None) -> None:
+        object.__setattr__(self, "checks", tuple(self.checks))
+        features = list(self.features)
+        for name in scope or ():
+            for feature in _LEGACY_SCOPES.get(name, (name,)):
+                if feature not in features:
+                    features.append(feature)
+        object.__setattr__(self, "features", tuple(features))
+
+    @property
+    def whole_clause(self) -> bool:
+        return not self.checks
+
+    def covers(self, check: str | None, features: frozenset[str]) -> bool:
+        """True when a failure of ``check`` on a case with ``features`` is this break."""
+        if self.checks and check not in self.checks:
+            return False
+        return not self.features or bool(features & set(self.features))
 
     def __str__(self) -> str:
-        if not self.scope:
-            return self.rationale
-        return f"{self.rationale} [scope: {', '.join(self.scope)}]"
+        parts = []
+        if self.checks:
+            parts.append("checks: " + ", ".join(self.checks))
+        if self.features:
+            parts.append("features: " + ", ".join(self.features))
+        return f"{self.rationale} [{'; '.join(parts)}]" if parts else self.rationale
+
+
+def deviation_entries(declared: Any) -> list[Deviation]:
+    """A manifest value (a rationale string, a Deviation or a list of them) as entries."""
+    if declared is None:
+        return []
+    if isinstance(declared, str):
+        return [Deviation(declared)]
+    if isinstance(declared, Deviation):
+        return [declared]
+    return [entry if isinstance(entry, Deviation) else Deviation(str(entry)) for entry in declared]
 
 
 class Target:
     """Base class for adapters. Subclasses define methods named after operations.
 
     Attributes a subclass sets: ``name``, ``version``, ``profile`` (a ``Profile``),
-    ``deviations`` (clause id -> one-line rationale) and ``device``.
+    ``deviations`` (clause id -> a Deviation, a list of them, or a one-line rationale for the
+    whole clause) and ``device``. ``bindings`` (optional) maps an operation to the framework
+    function(s) it calls and the trainer path that runs them, for the report.
     """
 
     name: str = "unnamed"
     version: str = "0"
     profile: Profile = Profile()
-    deviations: Mapping[str, str | Deviation] = {}
+    deviations: Mapping[str, str | Deviation | Sequence[Deviation]] = {}
     device: str = "cpu"
+    bindings: Mapping[str, Any] = {}
 
     def implements(self, op: str) -> bool:
         return callable(getattr(self, op, None))

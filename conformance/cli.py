@@ -1,7 +1,8 @@
 """The ``rlconform`` command line: ``certify``, ``clauses`` and the fixture/doc tools.
 
 Exit codes of ``certify``: 0 every applicable clause passes or is a declared deviation;
-1 at least one ``fail`` or ``error``; 2 usage or setup problem (one-line message).
+1 at least one ``fail`` or ``error`` at the ``--fail-on`` severity or worse (default
+``hardening``: every failure counts); 2 usage or setup problem (one-line message).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from rlconform.adapters.base import SetupError
+from rlconform.conformance.features import DOMAINS
 from rlconform.conformance.profiles import RUN_PROFILES, get_run_profile
 
 
@@ -33,6 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument("--json", dest="json_path", default=None, metavar="PATH")
     certify.add_argument("--junit", dest="junit_path", default=None, metavar="PATH")
     certify.add_argument("--markdown", dest="markdown_path", default=None, metavar="PATH")
+    certify.add_argument(
+        "--fail-on",
+        default="hardening",
+        choices=list(DOMAINS),
+        help="exit 1 only for failures at this severity or a more serious one "
+        "(nominal: ordinary batches; edge: rare inputs; hardening: every failure)",
+    )
     certify.add_argument(
         "--framework-path",
         default=None,
@@ -97,6 +106,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
         on_start=reporter.on_start,
         on_result=reporter.on_result,
     )
+    report.fail_on = args.fail_on
     reporter.final(report)
     if args.json_path:
         json_report.write(report, args.json_path)

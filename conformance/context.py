@@ -1,16 +1,35 @@
-"""What a clause check receives: the target, its profile, dtype, device and a safe call."""
+"""What a clause check receives: the target, its profile, dtype, device and a guarded call.
+
+Every call a check makes to the target goes through ``CheckContext.call``, the one place
+where the engine checks purity on every operation: the arguments must be bit-identical
+after the call (check ``no_mutation``), and on the pinned examples a second call must give
+a bit-identical output (check ``deterministic``). ``with ctx.check(name):`` names the
+assertions inside a check; a failure a declared deviation covers is recorded there and the
+check goes on, so another break in the same clause still shows.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from rlconform.adapters.base import Profile, Target
 from rlconform.conformance.compare import Tolerance, tolerance_for
-from rlconform.conformance.errors import TargetError
+from rlconform.conformance.errors import ClauseMismatch, TargetError
 from rlconform.conformance.harness import torch_dtype
+from rlconform.conformance.snapshot import describe, first_difference, snapshot
+
+
+class Observer:
+    """What the runner plugs into a context: decides whether a failure is a declared
+    deviation (then records it and returns True)."""
+
+    def tolerate(self, failure: ClauseMismatch | TargetError) -> bool:
+        return False
 
 
 @dataclasses.dataclass
@@ -20,6 +39,11 @@ class CheckContext:
     target: Target
     device: str = "cpu"
     seed: int = 0
+    clause_id: str = ""
+    observer: Observer = dataclasses.field(default_factory=Observer)
+    case_features: frozenset[str] = frozenset()
+    pinned: bool = False
+    _in_place: int = 0
 
     @property
     def profile(self) -> Profile:
@@ -33,13 +57,79 @@ class CheckContext:
     def tolerance(self) -> Tolerance:
         return tolerance_for(self.profile.dtype)
 
+    @contextlib.contextmanager
+    def check(self, name: str) -> Iterator[None]:
+        """Name the assertions in the block ``name``; a failure a declared deviation covers
+        is recorded and the check continues after the block."""
+        try:
+            yield
+        except ClauseMismatch as failure:
+            if failure.check is None:
+                failure.check = name
+            if not self.observer.tolerate(failure):
+                raise
+
+    @contextlib.contextmanager
+    def in_place(self) -> Iterator[None]:
+        """Calls in the block may modify their arguments: the profile documents the
+        operation as working in place (e.g. verl's ``DataProto.union``)."""
+        self._in_place += 1
+        try:
+            yield
+        finally:
+            self._in_place -= 1
+
     def call(self, op: str, *args: Any, **kwargs: Any) -> Any:
-        """Call the target's ``op``; any exception it raises becomes a TargetError."""
+        """Call the target's ``op``; any exception it raises becomes a TargetError.
+
+        The arguments must be unchanged afterwards (``no_mutation``); on a pinned example a
+        second call must return the same output (``deterministic``).
+        """
         fn = getattr(self.target, op)
+        guarded = not self._in_place
+        before = snapshot((args, kwargs)) if guarded else None
+        output = self._invoke(op, fn, args, kwargs)
+        if not guarded:
+            return output
+        self._purity_failure(
+            op, "no_mutation", before, snapshot((args, kwargs)), "modified its input"
+        )
+        if self.pinned:
+            first = snapshot(output)
+            again = self._invoke(op, fn, args, kwargs)
+            self._purity_failure(
+                op,
+                "deterministic",
+                first,
+                snapshot(again),
+                "returned a different output on a second call",
+            )
+        return output
+
+    @staticmethod
+    def _invoke(op: str, fn: Any, args: tuple, kwargs: dict) -> Any:
         try:
             return fn(*args, **kwargs)
         except Exception as exc:  # the implementation's failure, whatever its type
             raise TargetError(op, exc) from exc
+
+    def _purity_failure(self, op: str, check: str, before: Any, after: Any, verb: str) -> None:
+        found = first_difference(before, after)
+        if found is None:
+            return
+        path, expected, actual = found
+        where, uid = describe(path, before, call=check == "no_mutation")
+        sample = f" (sample uid={uid!r})" if uid is not None else ""
+        clause = f"[{self.clause_id}] " if self.clause_id else ""
+        contract = "purity.no_mutation" if check == "no_mutation" else "purity.deterministic"
+        failure = ClauseMismatch(
+            f"{clause}{op} {verb} at {where}{sample}: before {expected!r}, after {actual!r} "
+            f"({contract}: every operation)",
+            detail={"what": f"{op} {where}", "expected": expected, "actual": actual},
+            check=check,
+        )
+        if not self.observer.tolerate(failure):
+            raise failure
 
     def floats(self, rows: Any, *, fill: float = 0.0, width: int | None = None) -> torch.Tensor:
         """Ragged float rows as a right-padded tensor in the target's dtype and device."""

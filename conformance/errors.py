@@ -14,18 +14,25 @@ class ClauseMismatch(AssertionError):
     """The implementation's output differs from the contract (status ``fail``).
 
     ``detail`` holds the worst mismatch (sample uid, token index, expected, actual) so that
-    reports can show it; the runner attaches the (shrunk) case as ``case``.
+    reports can show it; ``check`` is the name of the assertion that failed (set by the
+    enclosing ``ctx.check(name)`` block when not given); the runner attaches the (shrunk)
+    case as ``case``.
     """
 
-    def __init__(self, message: str, detail: dict[str, Any] | None = None):
+    def __init__(
+        self, message: str, detail: dict[str, Any] | None = None, check: str | None = None
+    ):
         super().__init__(message)
         self.message = message
         self.detail = dict(detail or {})
+        self.check = check
         self.case: Any = None
 
 
 class TargetError(Exception):
-    """The implementation raised while an operation ran (status ``error``)."""
+    """The implementation raised while an operation ran (status ``error``, check ``runs``)."""
+
+    check = "runs"
 
     def __init__(self, op: str, exc: BaseException):
         summary = f"{op} raised {type(exc).__name__}: {exc}".splitlines()[0]
@@ -33,6 +40,7 @@ class TargetError(Exception):
         self.op = op
         self.original = exc
         self.summary = summary
+        self.message = summary
         self.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         self.case: Any = None
 

@@ -22,6 +22,12 @@ def pytest_addoption(parser: Any) -> None:
     group.addoption("--rlc-only", default=None, help="glob(s) of clause ids, comma-separated")
     group.addoption("--rlc-device", default="cpu", help="cpu or cuda")
     group.addoption("--rlc-framework-path", default=None, help="framework source checkout")
+    group.addoption(
+        "--rlc-fail-on",
+        default="hardening",
+        choices=["nominal", "edge", "hardening"],
+        help="fail an item only at this severity or a more serious one",
+    )
 
 
 def pytest_report_header(config: Any) -> list[str] | None:
@@ -70,10 +76,18 @@ class ClauseItem(pytest.Item):
             device=config.getoption("--rlc-device"),
         )
         self.user_properties.append(("status", result.status))
+        if result.severity:
+            self.user_properties.append(("severity", result.severity))
+            self.user_properties.append(("features", ",".join(result.features)))
         if result.status == "skip":
             pytest.skip(result.message)
         if result.status == "deviation":
             self.user_properties.append(("deviation", result.message))
+            return
+        if result.status in ("fail", "error") and not result.fails_at(
+            config.getoption("--rlc-fail-on")
+        ):
+            self.user_properties.append(("below_fail_on", result.message))
             return
         if result.status in ("fail", "error"):
             text = result.message
@@ -81,6 +95,8 @@ class ClauseItem(pytest.Item):
                 text += "\n\nReproducer:\n" + result.counterexample["reproducer"]
             if result.traceback:
                 text += "\n\n" + result.traceback
+            if result.severity:
+                text = f"[{result.severity}: {', '.join(result.features) or 'no feature'}] " + text
             raise ClauseFailed(text)
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> str:

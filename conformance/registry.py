@@ -53,6 +53,13 @@ class Clause:
     cases; ``examples`` are pinned boundary cases that always run first. A clause with
     no strategy runs ``check(ctx, None)`` once. ``applies(target)`` returns a reason to
     skip, or None.
+
+    ``checks`` names every assertion inside the check (``with ctx.check(name):``), so a
+    report says ``adv.grpo/advantages`` and a deviation can cover one check only; the
+    engine adds ``ENGINE_CHECKS``. ``meets`` lists the CONTRACT §0a features this clause's
+    cases can have: the generic feature walker's findings are limited to them, and the
+    strategy must reach each (tests/engine/test_features.py). ``case_features(case)`` adds
+    features the walker cannot see (e.g. a rejection band that removes every token).
     """
 
     id: str
@@ -64,10 +71,33 @@ class Clause:
     examples: tuple[Any, ...] = ()
     applies: Callable[[Any], str | None] | None = None
     max_examples_scale: float = 1.0
+    checks: tuple[str, ...] = ()
+    meets: tuple[str, ...] = ()
+    case_features: Callable[[Any], Any] | None = None
 
     @property
     def area(self) -> str:
         return self.id.split(".", 1)[0]
+
+    @property
+    def all_checks(self) -> tuple[str, ...]:
+        """The clause's own checks and the engine's (``runs``, ``no_mutation`` ...)."""
+        return self.checks + tuple(c for c in ENGINE_CHECKS if c not in self.checks)
+
+    def features(self, case: Any) -> frozenset[str]:
+        """The §0a features of ``case`` as this clause sees them."""
+        from rlconform.conformance.features import generic_features
+
+        found = generic_features(case) & frozenset(self.meets)
+        if self.case_features is not None:
+            found |= frozenset(self.case_features(case))
+        return found
+
+
+# Checks the engine makes on every clause: the operation returns (``runs``: it does not
+# raise on a valid input), leaves its inputs bit-identical (``no_mutation``) and gives the
+# same output twice on the pinned examples (``deterministic``).
+ENGINE_CHECKS: tuple[str, ...] = ("runs", "no_mutation", "deterministic")
 
 
 _REGISTRY: dict[str, Clause] = {}
@@ -83,6 +113,9 @@ def clause(
     examples: Sequence[Any] = (),
     applies: Callable[[Any], str | None] | None = None,
     max_examples_scale: float = 1.0,
+    checks: Sequence[str] = (),
+    meets: Sequence[str] = (),
+    case_features: Callable[[Any], Any] | None = None,
 ) -> Callable[[Callable[[Any, Any], None]], Callable[[Any, Any], None]]:
     """Register the decorated ``check(ctx, case)`` under the CONTRACT clause ``id``."""
 
@@ -99,6 +132,9 @@ def clause(
             examples=tuple(examples),
             applies=applies,
             max_examples_scale=max_examples_scale,
+            checks=tuple(checks),
+            meets=tuple(meets),
+            case_features=case_features,
         )
         return check
 

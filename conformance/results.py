@@ -1,11 +1,60 @@
-"""Result records: one per clause, and the run summary (the JSON report's schema)."""
+"""Result records: one per clause, and the run summary (the JSON report's schema).
+
+JSON clause objects: ``id``, ``status``, ``message``, ``counterexample`` (the original
+schema), plus ``severity`` (``nominal`` | ``edge`` | ``hardening``: the mildest CONTRACT
+§0a domain where the clause fails or deviates; null when it passes, is skipped, or the
+failure is not about a case: a stale entry, a harness error), ``features`` (the feature ids
+of that minimal case), ``check`` (the failing assertion), ``deviations`` (each declared
+entry: checks, features, rationale, whether and how often it was observed, its severity)
+and ``skipped_cases`` (cases the target could not express). ``summary`` keeps a count per
+status and gains ``by_severity``: per severity, the number of clauses that fail, error or
+deviate at it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
+from rlconform.conformance.features import DOMAINS, domain_rank
+
 STATUSES = ("pass", "fail", "deviation", "skip", "error")
+BROKEN = ("fail", "error", "deviation")
+
+
+@dataclasses.dataclass
+class DeviationResult:
+    """One declared deviation entry of a clause, as observed in the run."""
+
+    rationale: str
+    checks: list[str]
+    declared_features: list[str]
+    observed: bool
+    count: int = 0
+    severity: str | None = None
+    features: list[str] = dataclasses.field(default_factory=list)
+    observed_message: str = ""
+    case: Any = None
+
+    @property
+    def summary(self) -> str:
+        scope = ", ".join(self.checks) or "whole clause"
+        if self.declared_features:
+            scope += " on " + ", ".join(self.declared_features)
+        seen = f"observed {self.count}x, {self.severity}" if self.observed else "not observed"
+        return f"[{scope}] {self.rationale} ({seen})"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "checks": list(self.checks),
+            "features": list(self.declared_features),
+            "rationale": self.rationale,
+            "observed": self.observed,
+            "count": self.count,
+            "severity": self.severity,
+            "observed_features": list(self.features),
+            "observed_message": self.observed_message,
+        }
 
 
 @dataclasses.dataclass
@@ -17,6 +66,12 @@ class ClauseResult:
     traceback: str | None = None
     duration_s: float = 0.0
     title: str = ""
+    severity: str | None = None
+    features: list[str] = dataclasses.field(default_factory=list)
+    check: str | None = None
+    deviations: list[DeviationResult] = dataclasses.field(default_factory=list)
+    skipped_cases: int = 0
+    graded: bool = True
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -24,13 +79,30 @@ class ClauseResult:
             "status": self.status,
             "message": self.message,
             "counterexample": self.counterexample,
+            "severity": self.severity,
+            "features": list(self.features),
+            "check": self.check,
+            "deviations": [d.as_json() for d in self.deviations],
+            "skipped_cases": self.skipped_cases,
         }
+
+    def fails_at(self, fail_on: str) -> bool:
+        """True when this result sets exit code 1 under ``--fail-on fail_on``: a fail or
+        error at that severity or a more serious one, or one no case grades (a stale entry,
+        a harness error, a time-out)."""
+        if self.status not in ("fail", "error"):
+            return False
+        if self.severity is None:
+            return True
+        return domain_rank(self.severity) <= domain_rank(fail_on)
 
 
 @dataclasses.dataclass
 class RunReport:
-    target: dict[str, str]
+    target: dict[str, Any]
     clauses: list[ClauseResult]
+    fail_on: str = "hardening"
+    bindings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def summary(self) -> dict[str, int]:
@@ -40,12 +112,39 @@ class RunReport:
         return counts
 
     @property
+    def by_severity(self) -> dict[str, dict[str, int]]:
+        counts = {domain: {status: 0 for status in BROKEN} for domain in DOMAINS}
+        for result in self.clauses:
+            if result.status in BROKEN and result.severity in counts:
+                counts[result.severity][result.status] += 1
+        return counts
+
+    def root_causes(self) -> list[tuple[tuple[str, ...], str | None, list[ClauseResult]]]:
+        """Broken clauses grouped by the feature set of their minimal case:
+        ``(features, severity, clauses)``, most serious first."""
+        groups: dict[tuple[str, ...], list[ClauseResult]] = {}
+        for result in self.clauses:
+            if result.status in BROKEN and result.graded:
+                groups.setdefault(tuple(sorted(result.features)), []).append(result)
+        rows = []
+        for key, members in groups.items():
+            ranks = [domain_rank(r.severity) for r in members if r.severity]
+            rows.append((key, DOMAINS[min(ranks)] if ranks else None, members))
+        rows.sort(key=lambda row: (domain_rank(row[1]) if row[1] else 3, len(row[0]), row[0]))
+        return rows
+
+    @property
     def exit_code(self) -> int:
-        return 1 if any(r.status in ("fail", "error") for r in self.clauses) else 0
+        return 1 if any(r.fails_at(self.fail_on) for r in self.clauses) else 0
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        summary: dict[str, Any] = dict(self.summary)
+        summary["by_severity"] = self.by_severity
+        data = {
             "target": dict(self.target),
             "clauses": [r.as_json() for r in self.clauses],
-            "summary": self.summary,
+            "summary": summary,
         }
+        if self.bindings:
+            data["bindings"] = [dict(row) for row in self.bindings]
+        return data

@@ -1,28 +1,41 @@
-"""Run clauses against a target with isolation: a crash or hang fails only that clause."""
+"""Run clauses against a target: isolation, declared deviations per check, severity.
+
+One clause is explored by hypothesis once over every domain. A failure that a declared
+deviation covers (its check and one of its features, CONTRACT §0a) is recorded and the
+exploration goes on, so a different break in the same clause still fails; a case the
+target cannot express (``Inexpressible``) or a variant it lacks (``Unsupported``) is
+skipped for that case only and counted. A clause that fails is explored again restricted
+to the milder domains: its severity is the mildest domain where it still fails, and its
+counterexample is that domain's minimal case. Declared deviations get their severity the
+same way. An exception or a hang inside the implementation fails only that clause.
+"""
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import signal
 import threading
 import time
+import traceback as tb
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from hypothesis import HealthCheck, Verbosity, example, given, settings
+from hypothesis import HealthCheck, Verbosity, example, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
-from rlconform.adapters.base import Deviation, Target, Unsupported
-from rlconform.conformance.context import CheckContext
+from rlconform.adapters.base import Deviation, Inexpressible, Target, Unsupported
+from rlconform.adapters.base import deviation_entries as _entries_of
+from rlconform.conformance import features as feats
+from rlconform.conformance.context import CheckContext, Observer
 from rlconform.conformance.errors import ClauseMismatch, ClauseTimeout, TargetError
 from rlconform.conformance.literal import to_jsonable, to_literal
 from rlconform.conformance.profiles import RunProfile
 from rlconform.conformance.registry import Clause
-from rlconform.conformance.results import ClauseResult, RunReport
-from rlconform.conformance.scopes import SCOPES, in_scope
+from rlconform.conformance.results import ClauseResult, DeviationResult, RunReport
 
 NOT_IMPLEMENTED = "not implemented by target"
 
@@ -96,42 +109,9 @@ def pinned_cases(clause: Clause) -> list[Any]:
     return list(clause.examples) + [c["inputs"] for c in committed_cases(clause.id)]
 
 
-def _explore(
-    clause: Clause,
-    ctx: CheckContext,
-    run_profile: RunProfile,
-    seed: int | None,
-    exclude: Callable[[Any], bool] | None = None,
-) -> None:
-    strategy = resolve_strategy(clause, ctx.target)
-    if strategy is None:
-        check_once(clause, ctx, None)
-        return
-    pinned = pinned_cases(clause)
-    if exclude is not None:
-        strategy = strategy.filter(lambda case: not exclude(case))
-        pinned = [case for case in pinned if not exclude(case)]
-
-    def prop(case: Any) -> None:
-        check_once(clause, ctx, case)
-
-    test: Callable[..., None] = given(strategy)(prop)
-    for case in reversed(pinned):
-        test = example(case)(test)
-    max_examples = max(1, int(run_profile.max_examples * clause.max_examples_scale))
-    test = settings(
-        max_examples=max_examples,
-        derandomize=run_profile.derandomize and seed is None,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-        verbosity=Verbosity.quiet,
-        report_multiple_bugs=False,
-        print_blob=False,
-    )(test)
-    if seed is not None:
-        test = hypothesis_seed(seed)(test)
-    test()
+def case_domain(clause: Clause, case: Any) -> str:
+    """The CONTRACT §0a domain of ``case`` for ``clause``."""
+    return feats.domain_of_features(clause.features(case))
 
 
 def reproducer(clause_id: str, target_name: str, case: Any) -> str:
@@ -142,13 +122,186 @@ def reproducer(clause_id: str, target_name: str, case: Any) -> str:
     )
 
 
-def _counterexample(clause: Clause, target: Target, failure: ClauseMismatch | TargetError) -> dict:
-    detail = dict(getattr(failure, "detail", {}) or {})
-    data = {key: to_jsonable(value) for key, value in detail.items()}
-    if failure.case is not None:
-        data["case"] = to_jsonable(failure.case)
-        data["reproducer"] = reproducer(clause.id, target.name, failure.case)
-    return data
+# ---------------------------------------------------------------------------------------
+# One exploration of a clause (all domains, or restricted to the milder ones).
+
+
+@dataclasses.dataclass
+class _Observation:
+    rank: int
+    features: frozenset[str]
+    message: str
+    case: Any
+
+
+@dataclasses.dataclass
+class _Failure:
+    """How an exploration ended when it did not pass."""
+
+    status: str  # "fail" or "error"
+    message: str
+    check: str | None = None
+    case: Any = None
+    detail: dict[str, Any] = dataclasses.field(default_factory=dict)
+    traceback: str | None = None
+    graded: bool = True  # False for harness errors and time-outs: no case to grade
+
+
+class _Exploration(Observer):
+    """Runs hypothesis over a clause, records covered failures and skipped cases."""
+
+    def __init__(self, clause: Clause, target: Target, entries: list[Deviation], **options: Any):
+        self.clause = clause
+        self.target = target
+        self.entries = entries
+        self.options = options
+        self.observed: dict[int, _Observation] = {}
+        self.counts: dict[int, int] = {}
+        self.skipped: dict[str, set[str]] = {}
+        self.seen: set[str] = set()
+        self.ctx = CheckContext(
+            target=target,
+            device=options["device"],
+            seed=options["seed"] or 0,
+            clause_id=clause.id,
+            observer=self,
+        )
+
+    def tolerate(self, failure: ClauseMismatch | TargetError) -> bool:
+        case_features = self.ctx.case_features
+        for index, entry in enumerate(self.entries):
+            if entry.covers(failure.check, case_features):
+                self._record(index, failure, case_features)
+                return True
+        return False
+
+    def _record(self, index: int, failure: Any, case_features: frozenset[str]) -> None:
+        self.counts[index] = self.counts.get(index, 0) + 1
+        rank = feats.domain_rank(feats.domain_of_features(case_features))
+        known = self.observed.get(index)
+        if known is None or (rank, len(case_features)) < (known.rank, len(known.features)):
+            message = getattr(failure, "message", str(failure))
+            self.observed[index] = _Observation(rank, case_features, message, self._case)
+
+    def run(self, domain: str) -> _Failure | None:
+        """Explore at ``domain`` or milder; the uncovered failure that stopped it, or None."""
+        run_profile: RunProfile = self.options["run_profile"]
+        try:
+            with feats.restricted(domain), time_limit(run_profile.clause_time_limit_s):
+                self._explore(domain)
+        except _TimeLimitExceeded:
+            return _Failure(
+                "error", f"timed out after {run_profile.clause_time_limit_s:g} s", graded=False
+            )
+        except BaseException as raised:  # isolation: whatever happens fails this clause only
+            if isinstance(raised, KeyboardInterrupt):
+                raise
+            return self._failure(_first_failure(raised))
+        return None
+
+    def _failure(self, failure: BaseException) -> _Failure | None:
+        if isinstance(failure, Unsatisfiable):
+            return None  # every case was skipped (inexpressible) or filtered out
+        if isinstance(failure, ClauseMismatch):
+            return _Failure(
+                "fail", failure.message, failure.check, failure.case, dict(failure.detail)
+            )
+        if isinstance(failure, TargetError):
+            return _Failure(
+                "error",
+                failure.summary,
+                failure.check,
+                failure.case,
+                traceback=failure.traceback,
+            )
+        if isinstance(failure, ClauseTimeout):
+            return _Failure("error", str(failure), graded=False)
+        return _Failure(
+            "error",
+            f"harness error: {type(failure).__name__}: {failure}".splitlines()[0],
+            traceback="".join(tb.format_exception(type(failure), failure, failure.__traceback__)),
+            graded=False,
+        )
+
+    def _explore(self, domain: str) -> None:
+        clause, ctx = self.clause, self.ctx
+        strategy = resolve_strategy(clause, self.target)
+        if strategy is None:
+            self._case = None
+            ctx.case_features, ctx.pinned = frozenset(), True
+            self._check(None)
+            return
+        pinned = pinned_cases(clause)
+        limit = feats.domain_rank(domain)
+        if limit < feats.domain_rank("hardening"):
+            pinned = [c for c in pinned if feats.domain_rank(case_domain(clause, c)) <= limit]
+            strategy = strategy.filter(
+                lambda case: feats.domain_rank(case_domain(clause, case)) <= limit
+            )
+
+        def prop(case: Any) -> None:
+            ctx.pinned = any(case is p for p in pinned)
+            self._check(case)
+
+        run_profile: RunProfile = self.options["run_profile"]
+        seed = self.options["seed"]
+        test: Callable[..., None] = given(strategy)(prop)
+        for case in reversed(pinned):
+            test = example(case)(test)
+        max_examples = max(1, int(run_profile.max_examples * clause.max_examples_scale))
+        test = settings(
+            max_examples=max_examples,
+            derandomize=run_profile.derandomize and seed is None,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+            verbosity=Verbosity.quiet,
+            report_multiple_bugs=False,
+            print_blob=False,
+        )(test)
+        if seed is not None:
+            test = hypothesis_seed(seed)(test)
+        test()
+
+    def _check(self, case: Any) -> None:
+        ctx = self.ctx
+        key = repr(case)
+        self.seen.add(key)
+        self._case = case
+        ctx.case_features = self.clause.features(case) if case is not None else frozenset()
+        try:
+            check_once(self.clause, ctx, case)
+        except TargetError as failure:
+            if isinstance(failure.original, (Inexpressible, Unsupported)):
+                kind = (
+                    "inexpressible"
+                    if isinstance(failure.original, Inexpressible)
+                    else NOT_IMPLEMENTED
+                )
+                reason = f"{kind}: {failure.original}".splitlines()[0]
+                self.skipped.setdefault(reason, set()).add(key)
+                if case is None:
+                    raise
+                reject()
+            if not self.tolerate(failure):
+                raise
+        except ClauseMismatch as failure:
+            if not self.tolerate(failure):
+                raise
+
+    @property
+    def all_skipped(self) -> bool:
+        skipped = set().union(*self.skipped.values()) if self.skipped else set()
+        return bool(self.seen) and skipped >= self.seen
+
+
+# ---------------------------------------------------------------------------------------
+# A clause: explore, grade, judge the declared deviations.
+
+
+def declared_entries(target: Target, clause_id: str) -> list[Deviation]:
+    """The target's declared deviations of one clause, as entries."""
+    return _entries_of(target.deviations.get(clause_id))
 
 
 def run_clause(
@@ -162,22 +315,13 @@ def run_clause(
     """Certify one clause; never raises for anything the target or the clause does."""
     started = time.perf_counter()
     result = _run_clause(clause, target, run_profile, device=device, seed=seed)
-    declared = target.deviations.get(clause.id)
-    if declared is not None:
-        result = _apply_manifest(clause, result, declared, target, run_profile, device, seed)
     result.duration_s = time.perf_counter() - started
     result.title = clause.title
     return result
 
 
 def _run_clause(
-    clause: Clause,
-    target: Target,
-    run_profile: RunProfile,
-    *,
-    device: str,
-    seed: int | None,
-    exclude: Callable[[Any], bool] | None = None,
+    clause: Clause, target: Target, run_profile: RunProfile, *, device: str, seed: int | None
 ) -> ClauseResult:
     missing = [op for op in clause.ops if not target.implements(op)]
     if missing:
@@ -186,98 +330,182 @@ def _run_clause(
         reason = clause.applies(target)
         if reason:
             return ClauseResult(clause.id, "skip", reason)
-    ctx = CheckContext(target=target, device=device, seed=seed or 0)
-    try:
-        with time_limit(run_profile.clause_time_limit_s):
-            _explore(clause, ctx, run_profile, seed, exclude)
-    except _TimeLimitExceeded:
-        return ClauseResult(
-            clause.id, "error", f"timed out after {run_profile.clause_time_limit_s:g} s"
-        )
-    except BaseException as raised:  # isolation: whatever happens fails this clause only
-        if isinstance(raised, KeyboardInterrupt):
-            raise
-        failure = _first_failure(raised)
-        if exclude is not None and isinstance(failure, Unsatisfiable):
-            return ClauseResult(
-                clause.id, "pass", "no generated case lies outside the deviation scope"
-            )
-        if isinstance(failure, ClauseMismatch):
-            return ClauseResult(
-                clause.id, "fail", failure.message, _counterexample(clause, target, failure)
-            )
-        if isinstance(failure, TargetError) and isinstance(failure.original, Unsupported):
-            # the target declares the requested variant absent (e.g. a mode it lacks)
-            return ClauseResult(clause.id, "skip", f"{NOT_IMPLEMENTED}: {failure.original}")
-        if isinstance(failure, TargetError):
-            return ClauseResult(
-                clause.id,
-                "error",
-                failure.summary,
-                _counterexample(clause, target, failure),
-                traceback=failure.traceback,
-            )
-        if isinstance(failure, ClauseTimeout):
-            return ClauseResult(clause.id, "error", str(failure))
-        import traceback as tb
+    entries = declared_entries(target, clause.id)
+    problem = _invalid_entries(clause, entries)
+    if problem:
+        return ClauseResult(clause.id, "error", problem, graded=False)
+    exploration = _Exploration(
+        clause, target, entries, run_profile=run_profile, device=device, seed=seed
+    )
+    failure = exploration.run("hardening")
+    severity = None
+    if failure is not None and failure.graded:
+        failure, severity = _grade(clause, exploration, failure)
+    _grade_entries(clause, exploration, failure)
+    return _result(clause, target, exploration, failure, severity)
 
+
+def _invalid_entries(clause: Clause, entries: list[Deviation]) -> str | None:
+    for entry in entries:
+        unknown_checks = [c for c in entry.checks if c not in clause.all_checks]
+        if unknown_checks:
+            return (
+                f"declared deviation names unknown check(s) {unknown_checks} of {clause.id}; "
+                f"its checks: {', '.join(clause.all_checks)}"
+            )
+        unknown_features = feats.unknown(entry.features)
+        if unknown_features:
+            return (
+                f"declared deviation names unknown feature(s) {unknown_features}; "
+                f"known: {', '.join(feats.FEATURES)}"
+            )
+    return None
+
+
+def _grade(clause: Clause, exploration: _Exploration, failure: _Failure) -> tuple[_Failure, str]:
+    """Explore again on the milder domains: the mildest one that still fails."""
+    found = case_domain(clause, failure.case) if failure.case is not None else "nominal"
+    for domain in feats.DOMAINS[: feats.domain_rank(found)]:
+        milder = exploration.run(domain)
+        if milder is not None and milder.graded:
+            milder_domain = (
+                case_domain(clause, milder.case) if milder.case is not None else "nominal"
+            )
+            return milder, milder_domain
+    return failure, found
+
+
+def _grade_entries(clause: Clause, exploration: _Exploration, failure: _Failure | None) -> None:
+    """Observe each declared deviation at its mildest domain (re-exploring where needed)."""
+    for domain in feats.DOMAINS[:-1]:
+        rank = feats.domain_rank(domain)
+        wanted = [
+            i
+            for i, entry in enumerate(exploration.entries)
+            if (i not in exploration.observed or exploration.observed[i].rank > rank)
+            and _could_occur_at(entry, rank)
+        ]
+        if not wanted or failure is not None and not failure.graded:
+            continue
+        exploration.run(domain)
+
+
+def _could_occur_at(entry: Deviation, rank: int) -> bool:
+    """A case of domain ``rank`` or milder can have one of the entry's features."""
+    if not entry.features:
+        return True
+    return any(feats.domain_rank(feats.FEATURES[f].domain) <= rank for f in entry.features)
+
+
+def _counterexample(clause: Clause, target: Target, failure: _Failure) -> dict[str, Any] | None:
+    data = {key: to_jsonable(value) for key, value in failure.detail.items()}
+    if failure.case is not None:
+        data["case"] = to_jsonable(failure.case)
+        data["reproducer"] = reproducer(clause.id, target.name, failure.case)
+    return data or None
+
+
+def _result(
+    clause: Clause,
+    target: Target,
+    exploration: _Exploration,
+    failure: _Failure | None,
+    severity: str | None,
+) -> ClauseResult:
+    deviations = [
+        _deviation_result(i, entry, exploration) for i, entry in enumerate(exploration.entries)
+    ]
+    skipped = _skipped_note(exploration)
+    if failure is not None:
+        message = failure.message
+        if failure.check:
+            message = f"{clause.id}/{failure.check}: {message}"
+        if deviations:
+            message += " | also declared: " + "; ".join(d.summary for d in deviations)
+        features = sorted(clause.features(failure.case)) if failure.case is not None else []
         return ClauseResult(
             clause.id,
-            "error",
-            f"harness error: {type(failure).__name__}: {failure}".splitlines()[0],
-            traceback="".join(tb.format_exception(type(failure), failure, failure.__traceback__)),
+            failure.status,
+            message + skipped,
+            _counterexample(clause, target, failure),
+            traceback=failure.traceback,
+            severity=severity,
+            features=features,
+            check=failure.check,
+            deviations=deviations,
+            skipped_cases=_skipped_count(exploration),
+            graded=failure.graded,
         )
-    return ClauseResult(clause.id, "pass")
+    if exploration.all_skipped:
+        reasons = "; ".join(sorted(exploration.skipped))
+        return ClauseResult(
+            clause.id, "skip", f"every case skipped: {reasons}", deviations=deviations
+        )
+    stale = [d for d in deviations if not d.observed]
+    if stale:
+        names = "; ".join(d.summary for d in stale)
+        return ClauseResult(
+            clause.id,
+            "fail",
+            f"stale deviation: the manifest or baseline declares {names}, but it was not "
+            "observed; remove the entry" + skipped,
+            deviations=deviations,
+            skipped_cases=_skipped_count(exploration),
+            graded=False,
+        )
+    if deviations:
+        best = min(deviations, key=lambda d: feats.domain_rank(d.severity or "hardening"))
+        message = "declared deviation: " + " || ".join(
+            f"{d.summary} | observed: {d.observed_message}" for d in deviations
+        )
+        return ClauseResult(
+            clause.id,
+            "deviation",
+            message + skipped,
+            {
+                "case": to_jsonable(best.case),
+                "reproducer": reproducer(clause.id, target.name, best.case),
+            }
+            if best.case is not None
+            else None,
+            severity=best.severity,
+            features=list(best.features),
+            check=best.checks[0] if best.checks else None,
+            deviations=deviations,
+            skipped_cases=_skipped_count(exploration),
+        )
+    return ClauseResult(
+        clause.id, "pass", skipped.lstrip(" |"), skipped_cases=_skipped_count(exploration)
+    )
 
 
-def _apply_manifest(
-    clause: Clause,
-    result: ClauseResult,
-    declared: str | Deviation,
-    target: Target,
-    run_profile: RunProfile,
-    device: str,
-    seed: int | None,
-) -> ClauseResult:
-    """Turn an observed, declared deviation into ``deviation``; flag stale or overreaching ones."""
-    deviation = declared if isinstance(declared, Deviation) else Deviation(str(declared))
-    if result.status == "pass":
-        result.status = "fail"
-        result.message = (
-            f"stale deviation: the manifest declares {deviation.rationale!r} but the clause "
-            "passed; remove the entry from the adapter's manifest"
-        )
-        return result
-    if result.status not in ("fail", "error"):
-        return result
-    if deviation.scope:
-        unknown = [name for name in deviation.scope if name not in SCOPES]
-        if unknown:
-            result.status = "error"
-            result.message = (
-                f"manifest names unknown deviation scope(s) {unknown}; known: {sorted(SCOPES)}"
-            )
-            return result
-        outside = _run_clause(
-            clause,
-            target,
-            run_profile,
-            device=device,
-            seed=seed,
-            exclude=lambda case: in_scope(deviation.scope, case),
-        )
-        if outside.status in ("fail", "error"):
-            outside.message = (
-                f"outside the declared deviation scope ({', '.join(deviation.scope)}): "
-                + outside.message
-            )
-            return outside
-        if outside.message:
-            # the scope covered every generated case: it is a whole-clause deviation in effect
-            result.message += f" | note: {outside.message}"
-    result.message = f"declared deviation: {deviation} | observed: {result.message}"
-    result.status = "deviation"
-    return result
+def _deviation_result(index: int, entry: Deviation, exploration: _Exploration) -> DeviationResult:
+    observation = exploration.observed.get(index)
+    return DeviationResult(
+        rationale=entry.rationale,
+        checks=list(entry.checks),
+        declared_features=list(entry.features),
+        observed=observation is not None,
+        count=exploration.counts.get(index, 0),
+        severity=feats.DOMAINS[observation.rank] if observation else None,
+        features=sorted(observation.features) if observation else [],
+        observed_message=observation.message.splitlines()[0] if observation else "",
+        case=observation.case if observation else None,
+    )
+
+
+def _skipped_count(exploration: _Exploration) -> int:
+    return len(set().union(*exploration.skipped.values())) if exploration.skipped else 0
+
+
+def _skipped_note(exploration: _Exploration) -> str:
+    if not exploration.skipped:
+        return ""
+    count = _skipped_count(exploration)
+    reasons = "; ".join(
+        f"{len(keys)} {reason}" for reason, keys in sorted(exploration.skipped.items())
+    )
+    return f" | {count} of {len(exploration.seen)} cases skipped ({reasons})"
 
 
 def certify(
@@ -301,4 +529,43 @@ def certify(
             on_result(result)
     header = target.describe()
     header["profile"] = run_profile.name
-    return RunReport(target=header, clauses=results)
+    return RunReport(target=header, clauses=results, bindings=binding_rows(target, results))
+
+
+def binding_rows(target: Target, results: Iterable[ClauseResult]) -> list[dict[str, Any]]:
+    """One row per (clause, operation) the run called: the framework function(s) behind the
+    operation and the trainer path that runs them, from the target's ``bindings``."""
+    from rlconform.conformance.registry import load_all
+
+    clauses = load_all()
+    rows = []
+    for result in results:
+        if result.status == "skip":
+            continue
+        for op in clauses[result.id].ops or _probed_ops(result.id, target):
+            binding = target.bindings.get(op)
+            if binding is None:
+                continue
+            functions = binding.get("functions", ())
+            rows.append(
+                {
+                    "clause": result.id,
+                    "op": op,
+                    "functions": [functions] if isinstance(functions, str) else list(functions),
+                    "path": binding.get("path", ""),
+                }
+            )
+    return rows
+
+
+def _probed_ops(clause_id: str, target: Target) -> list[str]:
+    """Operations a clause without fixed ``ops`` calls (adv.invariants, purity.*)."""
+    if clause_id == "adv.invariants":
+        from rlconform.conformance.clauses.advantage import ESTIMATORS
+
+        return [spec.op for spec in ESTIMATORS.values() if target.implements(spec.op)]
+    if clause_id.startswith("purity."):
+        from rlconform.conformance.clauses.purity import PROBES
+
+        return [op for op in PROBES if target.implements(op)]
+    return []

@@ -8,11 +8,11 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from rlconform.conformance.clauses.purity import first_difference, freeze
 from rlconform.conformance.clauses.schema import rollout_samples, uids
 from rlconform.conformance.compare import assert_equal, assert_rows_close, assert_scalar_close
 from rlconform.conformance.errors import ClauseMismatch
 from rlconform.conformance.registry import clause
+from rlconform.conformance.snapshot import first_difference, freeze
 from rlconform.oracle import filter as oracle
 from rlconform.oracle.schema import scalar_reward
 

@@ -11,15 +11,15 @@ from tensordict import TensorDictBase
 from tensordict.tensorclass import NonTensorData, NonTensorStack
 
 from rlconform.conformance import strategies as cs
-from rlconform.conformance.clauses.purity import (
-    assert_same_output,
-    assert_unchanged,
-    freeze,
-)
 from rlconform.conformance.compare import assert_equal, assert_rows_close, assert_rows_equal
 from rlconform.conformance.errors import ClauseMismatch, TargetError
 from rlconform.conformance.harness import assert_padding_zero, unpad_right
 from rlconform.conformance.registry import clause
+from rlconform.conformance.snapshot import (
+    assert_same_output,
+    assert_unchanged,
+    freeze,
+)
 from rlconform.oracle import schema as oracle
 from rlconform.oracle.errors import ContractError
 

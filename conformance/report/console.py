@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rlconform.conformance.registry import Clause
@@ -29,9 +30,13 @@ class ConsoleReporter:
 
     def header(self, target: dict[str, str], run_profile: str, device: str) -> None:
         self.console.print(
-            f"rlconform certify [bold]{target['name']}[/bold] version {target['version']} "
-            f"(adapter profile {target['profile']}, run profile {run_profile}, device {device})"
+            f"rlconform certify [bold]{escape(target['name'])}[/bold] version "
+            f"{escape(str(target['version']))} (adapter profile {escape(str(target['profile']))}, "
+            f"run profile {run_profile}, device {device})"
         )
+        for key, value in target.items():
+            if key not in ("name", "version", "profile") and value not in (None, "", {}):
+                self.console.print(f"  {key.replace('_', ' ')}: {escape(str(value))}")
 
     def on_start(self, clause: Clause) -> None:
         pass
@@ -39,22 +44,41 @@ class ConsoleReporter:
     def on_result(self, result: ClauseResult) -> None:
         self.done += 1
         style = _STYLES[result.status]
+        severity = f" ({result.severity})" if result.severity else ""
         self.console.print(
-            f"[{self.done:>3}/{self.total}] {result.id:<34} [{style}]{result.status:<9}[/{style}] "
-            f"{result.duration_s:6.2f}s"
+            f"[{self.done:>3}/{self.total}] {result.id:<34} [{style}]{result.status:<9}[/{style}]"
+            f"{severity:<12} {result.duration_s:6.2f}s"
         )
 
     def final(self, report: RunReport) -> None:
         table = Table(title=f"rlconform: {report.target['name']} {report.target['version']}")
         table.add_column("clause")
         table.add_column("status")
+        table.add_column("severity")
         table.add_column("message", overflow="fold")
         for result in report.clauses:
             if result.status == "pass":
                 continue
             style = _STYLES[result.status]
-            table.add_row(result.id, f"[{style}]{result.status}[/{style}]", result.message)
+            table.add_row(
+                result.id,
+                f"[{style}]{result.status}[/{style}]",
+                result.severity or "",
+                escape(result.message),
+            )
         if table.row_count:
             self.console.print(table)
         summary = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
         self.console.print(f"summary: {summary or 'no clauses'}")
+        graded = []
+        for domain, counts in report.by_severity.items():
+            broken = {status: n for status, n in counts.items() if n}
+            if broken:
+                graded.append(f"{domain}: " + ", ".join(f"{n} {s}" for s, n in broken.items()))
+        if graded:
+            self.console.print("by severity: " + "; ".join(graded))
+        for key, severity, members in report.root_causes():
+            names = ", ".join(r.id for r in members)
+            self.console.print(
+                f"  root cause [{severity or '-'}] {', '.join(key) or 'ordinary case'}: {names}"
+            )

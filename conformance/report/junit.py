@@ -33,17 +33,23 @@ def render(report: RunReport) -> str:
         case_props = ET.SubElement(case, "properties")
         ET.SubElement(case_props, "property", name="clause", value=result.id)
         ET.SubElement(case_props, "property", name="status", value=result.status)
+        if result.severity:
+            ET.SubElement(case_props, "property", name="severity", value=result.severity)
+            ET.SubElement(case_props, "property", name="features", value=",".join(result.features))
+        if result.check:
+            ET.SubElement(case_props, "property", name="check", value=result.check)
+        graded = f"[{result.severity}] " if result.severity else ""
         if result.status == "fail":
-            node = ET.SubElement(case, "failure", message=result.message.splitlines()[0])
+            node = ET.SubElement(case, "failure", message=graded + result.message.splitlines()[0])
             node.text = _body(result)
         elif result.status == "error":
-            node = ET.SubElement(case, "error", message=result.message.splitlines()[0])
+            node = ET.SubElement(case, "error", message=graded + result.message.splitlines()[0])
             node.text = _body(result)
         elif result.status == "skip":
             ET.SubElement(case, "skipped", message=result.message)
         elif result.status == "deviation":
             out = ET.SubElement(case, "system-out")
-            out.text = result.message
+            out.text = graded + result.message
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
