@@ -3,10 +3,13 @@
 ``verl.trainer.ppo.ray_trainer`` (home of ``compute_response_mask``, ``apply_kl_penalty`` and
 ``compute_advantage``) imports the rollout router and the reward-loop HTTP router at module
 level. Those pull in ``cachetools``, ``fastapi`` and ``uvicorn``, which belong to verl's
-serving extra and which none of the postprocess functions bound here ever touches. When (and
-only when) one of exactly those three is not installed, a placeholder module stands in for
-it while verl is imported; the placeholders are removed again right after, so nothing else
-in the process can mistake them for the real packages.
+serving extra and which none of the postprocess functions bound here ever touches. The v1
+trainer's ``v1/utils.py`` (home of ``compute_advantage_for_multi_trajectories``) imports the
+replay buffer, which imports ``transfer_queue`` (the TransferQueue client: storage and
+transport of samples between workers, never called by that function). When (and only when)
+one of exactly those four is not installed, a placeholder module stands in for it while verl
+is imported; the placeholders are removed again right after, so nothing else in the process
+can mistake them for the real packages.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from collections.abc import Iterator
 from typing import Any
 
 # The only modules ever stubbed: imported at module level by verl's trainer, never called
-# by the postprocess functions (router classes, HTTP app and server).
-OPTIONAL_SERVICES = ("cachetools", "fastapi", "uvicorn")
+# by the postprocess functions (router classes, HTTP app and server, TransferQueue client).
+OPTIONAL_SERVICES = ("cachetools", "fastapi", "uvicorn", "transfer_queue")
 
 
 class _Unavailable:
@@ -31,8 +34,8 @@ class _Unavailable:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError(
-            "this verl feature needs its serving extra (cachetools/fastapi/uvicorn), "
-            "which rlconform does not install"
+            "this verl feature needs its serving extra (cachetools/fastapi/uvicorn/"
+            "transfer_queue), which rlconform does not install"
         )
 
     def __class_getitem__(cls, item: Any) -> type:

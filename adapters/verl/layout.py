@@ -1,10 +1,15 @@
-"""verl bindings for the CONTRACT area `layout`: the dataset's ``postprocess_data`` padding,
-``compute_position_id_with_mask``, the engine's ``left_right_2_no_padding`` packing and
-``build_attention_mask_from_nested``, and ``unpad_input`` from ``verl.utils.attention_utils``.
+"""verl bindings for the CONTRACT area `layout`: the agent loop's padding
+(``AgentLoopWorker._pad_token_ids``, ``compute_position_id_with_mask``), the trainer's
+``left_right_2_no_padding`` packing, the engine's ``build_attention_mask_from_nested`` and
+``unpad_input`` from ``verl.utils.attention_utils``.
 
-Only layout happens here: rows are handed to verl one sample at a time (as verl's dataset
-and agent loop do), stacked and concatenated; packed rows are read back through nested
-tensors whose offsets are the given ``cu_seqlens``.
+The agent loop pads each sample with its tokenizer's ``pad`` (prompts on the left, responses
+and the response mask on the right, to the rollout's prompt / response length); a tokenizer
+whose pad token is the case's stands in for the model's (a word-level fast tokenizer: only
+its ``pad`` runs). 0.7.x pads inline in ``_agent_loop_postprocess`` (async, with the whole
+rollout around it): there ``pad_batch`` is unsupported. Rows are handed to verl one sample at
+a time, as the agent loop does, and stacked; packed rows are read back through nested tensors
+whose offsets are the given ``cu_seqlens``.
 """
 
 from __future__ import annotations
@@ -13,29 +18,60 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from rlconform.adapters.base import Unsupported
+
 
 def _device(rows: Sequence[torch.Tensor], fallback: str) -> torch.device | str:
     return rows[0].device if len(rows) else fallback
 
 
-def _pad_rows(
-    rows: Sequence[torch.Tensor], width: int, pad: float | int, *, left: bool, device, dtype
+def _right_padded(
+    rows: Sequence[torch.Tensor], width: int, *, device, dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, width) values and attention mask: ``postprocess_data`` on each one-row batch."""
-    from verl.utils.torch_functional import postprocess_data
+    """(B, width) values right-padded with 0 and their attention mask (the input the
+    trainer's ``left_right_2_no_padding`` receives)."""
+    values = torch.zeros((len(rows), width), dtype=dtype, device=device)
+    mask = torch.zeros((len(rows), width), dtype=torch.int64, device=device)
+    for i, row in enumerate(rows):
+        values[i, : row.numel()] = row.reshape(-1).to(dtype)
+        mask[i, : row.numel()] = 1
+    return values, mask
 
+
+def _pad_worker(pad_token_id: int):
+    """An ``AgentLoopWorker`` (constructor skipped) whose tokenizer pads with ``pad_token_id``."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from rlconform.adapters.verl.imports import import_verl_module
+
+    agent_loop = import_verl_module("verl.experimental.agent_loop.agent_loop")
+    # every id below the pad id named too: a vocabulary with holes makes transformers warn
+    vocab = {f"t{i}": i for i in range(int(pad_token_id))} | {"<pad>": int(pad_token_id)}
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<pad>")), pad_token="<pad>"
+    )
+    worker = object.__new__(agent_loop.AgentLoopWorker)
+    worker.tokenizer = tokenizer
+    worker.processor = None
+    return worker
+
+
+def _agent_padded(worker, rows, width: int, side: str, attention: bool):
     ids, masks = [], []
     for row in rows:
-        one = row.reshape(1, -1)
-        padded, mask = postprocess_data(
-            one, torch.ones_like(one, dtype=torch.int64), width, pad, left_pad=left
+        out = worker._pad_token_ids(
+            [int(x) for x in row.reshape(-1).tolist()],
+            max_length=width,
+            padding_side=side,
+            return_attention_mask=attention,
         )
-        ids.append(padded)
-        masks.append(mask)
-    if not ids:
-        empty = torch.zeros((0, width), dtype=dtype, device=device)
-        return empty, empty.to(torch.int64)
-    return torch.cat(ids).to(dtype), torch.cat(masks)
+        ids.append(out["input_ids"])
+        if attention:
+            masks.append(out["attention_mask"])
+    stacked = torch.cat(ids) if ids else torch.zeros((0, width), dtype=torch.int64)
+    mask = torch.cat(masks) if masks else torch.zeros((0, width), dtype=torch.int64)
+    return stacked, mask
 
 
 def _unpad_rows(padded: torch.Tensor, attention_mask: torch.Tensor) -> list[torch.Tensor]:
@@ -59,36 +95,41 @@ class LayoutOps:
         response_width: int | None = None,
         response_fields: Mapping[str, Sequence[torch.Tensor]] | None = None,
     ) -> dict[str, torch.Tensor]:
-        """layout.pad: ``postprocess_data`` per sample (prompts ``left_pad=True``, responses and
-        response fields ``left_pad=False``, fields padded with 0), the attention mask it returns,
-        and ``verl.utils.model.compute_position_id_with_mask``; response_mask is the response
-        half of the attention mask."""
-        from verl.utils.model import compute_position_id_with_mask
-
+        """layout.pad: ``AgentLoopWorker._pad_token_ids`` per sample (prompts left, responses
+        right, to the given widths), the prompt and response attention masks it returns
+        concatenated, position ids from the agent loop's ``_compute_position_ids`` (text
+        only: ``compute_position_id_with_mask``); response_mask is the response attention
+        mask; response fields (float) are right-padded with 0.0 as the agent loop pads
+        ``response_logprobs``."""
+        if not self.release.agent_loop_pads:
+            raise Unsupported("verl 0.7 pads inside the async agent loop, with no padding helper")
         device = _device(prompts, self.device)
         if prompt_width is None:
             prompt_width = max((int(p.numel()) for p in prompts), default=0)
         if response_width is None:
             response_width = max((int(r.numel()) for r in responses), default=0)
-        ids = {"device": device, "dtype": torch.int64}
-        prompt_ids, prompt_mask = _pad_rows(prompts, prompt_width, pad_token_id, left=True, **ids)
-        response_ids, response_mask = _pad_rows(
-            responses, response_width, pad_token_id, left=False, **ids
+        worker = _pad_worker(pad_token_id)
+        prompt_ids, prompt_mask = _agent_padded(worker, prompts, prompt_width, "left", True)
+        response_ids, response_mask = _agent_padded(
+            worker, responses, response_width, "right", True
         )
-        attention_mask = torch.cat([prompt_mask, response_mask], dim=-1)
+        attention_mask = torch.cat([prompt_mask, response_mask], dim=-1).to(device)
+        input_ids = torch.cat([prompt_ids, response_ids], dim=-1).to(device)
+        position_ids = [
+            worker._compute_position_ids(input_ids[i : i + 1], attention_mask[i : i + 1], {})
+            for i in range(input_ids.shape[0])
+        ]
         batch = {
-            "prompts": prompt_ids,
-            "responses": response_ids,
-            "input_ids": torch.cat([prompt_ids, response_ids], dim=-1),
+            "prompts": prompt_ids.to(device),
+            "responses": response_ids.to(device),
+            "input_ids": input_ids,
             "attention_mask": attention_mask,
-            "position_ids": compute_position_id_with_mask(attention_mask),
-            "response_mask": response_mask,
+            "position_ids": torch.cat(position_ids) if position_ids else input_ids.clone(),
+            "response_mask": response_mask.to(device),
         }
         for name, rows in (response_fields or {}).items():
             dtype = rows[0].dtype if len(rows) else torch.float32
-            batch[name], _ = _pad_rows(
-                rows, response_width, 0, left=False, device=device, dtype=dtype
-            )
+            batch[name], _ = _right_padded(rows, response_width, device=device, dtype=dtype)
         return batch
 
     def unpad_batch(
@@ -113,8 +154,8 @@ class LayoutOps:
         *,
         fields: Mapping[str, Sequence[torch.Tensor]] | None = None,
     ) -> dict[str, torch.Tensor]:
-        """layout.pack: the engine's ``left_right_2_no_padding`` on the right-padded batch
-        (``postprocess_data`` per sample, ``compute_position_id_with_mask``); the nested
+        """layout.pack: the trainer's ``left_right_2_no_padding`` on the right-padded batch
+        (position ids from ``compute_position_id_with_mask``); the nested
         input_ids' offsets are cu_seqlens; fields are gathered with ``index_first_axis`` at
         the ``indices`` it records, as verl packs its routed-expert and teacher fields."""
         from tensordict import TensorDict
@@ -125,8 +166,8 @@ class LayoutOps:
 
         device = _device(sequences, self.device)
         width = max((int(s.numel()) for s in sequences), default=0)
-        input_ids, attention_mask = _pad_rows(
-            sequences, width, 0, left=False, device=device, dtype=torch.int64
+        input_ids, attention_mask = _right_padded(
+            sequences, width, device=device, dtype=torch.int64
         )
         data = TensorDict(
             {
@@ -146,7 +187,7 @@ class LayoutOps:
         }
         for name, rows in (fields or {}).items():
             dtype = rows[0].dtype if len(rows) else torch.float32
-            padded, _ = _pad_rows(rows, width, 0, left=False, device=device, dtype=dtype)
+            padded, _ = _right_padded(rows, width, device=device, dtype=dtype)
             packed[name] = index_first_axis(padded.reshape(-1, 1), indices).reshape(1, -1)
         return packed
 

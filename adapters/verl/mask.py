@@ -1,9 +1,13 @@
-"""verl bindings for the CONTRACT area `mask`: ``get_response_mask``, the trainer's
-``compute_response_mask`` and ``masked_mean``."""
+"""verl bindings for the CONTRACT area `mask`: the trainer's ``compute_response_mask`` and
+``masked_mean``.
+
+``torch_functional.get_response_mask`` (EOS-based masks) is called only by the HF rollout
+(``workers/rollout/hf_rollout.py``), which neither trainer's rollout registry reaches: the
+agent loop builds ``response_mask`` from the rollout server's token ids instead. It is not
+bound, so ``mask.response_from_eos`` is skipped.
+"""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import torch
 
@@ -12,15 +16,6 @@ from rlconform.adapters.verl.imports import import_verl_module
 
 class MaskOps:
     """`mask` operations through verl's torch_functional and trainer helpers."""
-
-    def response_mask_from_eos(
-        self, response_ids: torch.Tensor, eos_token: int | Sequence[int]
-    ) -> torch.Tensor:
-        """mask.response_from_eos: ``verl.utils.torch_functional.get_response_mask``."""
-        from verl.utils.torch_functional import get_response_mask
-
-        eos = eos_token if isinstance(eos_token, int) else list(eos_token)
-        return get_response_mask(response_id=response_ids, eos_token=eos, dtype=torch.int64)
 
     def response_mask_from_attention(
         self, attention_mask: torch.Tensor, response_width: int

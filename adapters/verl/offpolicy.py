@@ -1,15 +1,28 @@
-"""verl bindings for the CONTRACT area `offpolicy`: the trainer's rollout-correction entry
-point ``rollout_corr_helper.compute_rollout_correction_and_rejection_mask``.
+"""verl bindings for the CONTRACT area `offpolicy`: the trainer's rollout correction and the
+weight the policy loss then applies.
 
-verl picks the weighting from its ``rollout_is`` level ("token" / "sequence") and the form
-of ``rollout_is_threshold``: a single upper bound truncates (TIS), a ``"lower_upper"``
-string rejects outside the band (IcePop). Those are the only translations made here.
+The trainer (v1 ``_compute_advantage``; ``RayPPOTrainer.fit``) calls
+``rollout_corr_helper.compute_rollout_correction_and_add_to_batch(batch,
+algorithm.rollout_correction)``: it stores ``rollout_is_weights`` (from
+``compute_rollout_correction_and_rejection_mask``) and replaces ``response_mask`` by the
+rejection-sampled one (``compute_rollout_rejection_mask``). The actor's policy loss gets both:
+``rollout_is_weights`` multiplies its per-token loss and the new ``response_mask`` masks
+it. The weight an action token gets is read through that consumer: the registered
+``vanilla`` loss at ratio 1 (log_prob = old_log_prob) with advantage -1, whose per-token
+loss matrix is then exactly the weight, kept where the loss mask keeps the token.
 
-verl's bands need a positive lower bound. A contract band without one (or with 0) keeps every
-ratio up to the upper bound; verl's weights on action tokens are at least exp(-20) (its own
-safety clamp of the log-ratio), so the smallest positive float32 stands for "no lower
-bound" and keeps exactly the same tokens. A lower *truncation* bound has no counterpart in
-verl (its TIS only truncates from above): the operation refuses it.
+Contract modes and verl's configuration (``RolloutCorrectionConfig`` presets):
+
+- ``offpolicy.tis``: ``rollout_is="token"``, ``rollout_is_threshold=high`` (Token-TIS).
+- ``offpolicy.icepop``: ``rollout_is="token"``, ``rollout_is_threshold="low_high"`` (IcePop).
+- ``offpolicy.is_correction``: ``*_truncate`` is token / sequence TIS at ``clip_max``;
+  ``*_mask`` is TIS at ``clip_max`` with rejection sampling ``token_k1`` / ``seq_sum_k1``
+  and ``rollout_rs_threshold="clip_min_clip_max"`` (``decoupled_seq_is_rs``: Seq-MIS).
+
+verl's bands need a positive lower bound. A contract band without one (or with 0) keeps
+every ratio up to the upper bound: the smallest positive float32 stands for it (verl clamps
+its log-ratios to +-20, so no weight is that small). A lower *truncation* bound has no
+setting (verl's TIS only truncates from above): ``Unsupported``.
 """
 
 from __future__ import annotations
@@ -17,6 +30,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from rlconform.adapters.base import Unsupported
 
 _NO_LOWER_BOUND = float(torch.finfo(torch.float32).tiny)
 
@@ -28,36 +43,51 @@ def _band(low: float | None, high: float) -> str:
 
 def _truncation(low: float | None, high: float) -> float:
     if low is not None and low != 0.0:
-        raise ValueError(
+        raise Unsupported(
             f"verl's truncated IS clamps from above only; a lower truncation bound {low} "
-            "has no verl setting"
+            "has no setting"
         )
     return float(high)
 
 
-def _weights(
+def _applied_weights(
     old_logprob: torch.Tensor,
     rollout_logprob: torch.Tensor,
     response_mask: torch.Tensor,
-    level: str,
-    threshold: Any,
+    correction: dict[str, Any],
 ) -> torch.Tensor:
-    from verl.trainer.ppo.rollout_corr_helper import (
-        compute_rollout_correction_and_rejection_mask,
-    )
+    """The per-token weight the actor's loss applies after the trainer's rollout correction."""
+    from verl import DataProto
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
 
-    proto, _, _ = compute_rollout_correction_and_rejection_mask(
-        old_log_prob=old_logprob,
-        rollout_log_prob=rollout_logprob,
-        response_mask=response_mask,
-        rollout_is=level,
-        rollout_is_threshold=threshold,
+    from rlconform.adapters.verl.actor import _actor_config, _recorded_loss_matrices
+
+    batch = DataProto.from_dict(
+        tensors={
+            "old_log_probs": old_logprob,
+            "rollout_log_probs": rollout_logprob,
+            "response_mask": response_mask,
+        }
     )
-    return proto.batch["rollout_is_weights"]
+    # the trainer passes algorithm.rollout_correction, a mapping read with .get
+    batch, _ = compute_rollout_correction_and_add_to_batch(batch, dict(correction))
+    loss_mask = batch.batch["response_mask"]
+    with _recorded_loss_matrices() as recorded:
+        get_policy_loss_fn("vanilla")(
+            old_log_prob=old_logprob,
+            log_prob=old_logprob,
+            advantages=-torch.ones_like(old_logprob),
+            response_mask=loss_mask,
+            loss_agg_mode="token-mean",
+            config=_actor_config("vanilla"),
+            rollout_is_weights=batch.batch["rollout_is_weights"],
+        )
+    return torch.where(loss_mask.bool(), recorded[0], torch.zeros_like(recorded[0]))
 
 
 class OffpolicyOps:
-    """`offpolicy` operations through verl's rollout correction."""
+    """`offpolicy` operations through verl's rollout correction (module docstring)."""
 
     def tis_weights(
         self,
@@ -67,9 +97,14 @@ class OffpolicyOps:
         clip_low: float | None = 0.0,
         clip_high: float | None = 2.0,
     ) -> torch.Tensor:
-        """offpolicy.tis: token-level IS with a single threshold (truncation)."""
+        """offpolicy.tis: Token-TIS."""
         threshold = _truncation(clip_low, clip_high)
-        return _weights(old_logprob, rollout_logprob, response_mask, "token", threshold)
+        return _applied_weights(
+            old_logprob,
+            rollout_logprob,
+            response_mask,
+            {"rollout_is": "token", "rollout_is_threshold": threshold},
+        )
 
     def icepop_weights(
         self,
@@ -79,9 +114,12 @@ class OffpolicyOps:
         clip_low: float | None = 0.5,
         clip_high: float | None = 2.0,
     ) -> torch.Tensor:
-        """offpolicy.icepop: token-level IS with a ``"lower_upper"`` band (rejection)."""
-        return _weights(
-            old_logprob, rollout_logprob, response_mask, "token", _band(clip_low, clip_high)
+        """offpolicy.icepop: token IcePop (a ``"low_high"`` IS threshold)."""
+        return _applied_weights(
+            old_logprob,
+            rollout_logprob,
+            response_mask,
+            {"rollout_is": "token", "rollout_is_threshold": _band(clip_low, clip_high)},
         )
 
     def is_correction_weights(
@@ -93,15 +131,21 @@ class OffpolicyOps:
         clip_min: float | None = None,
         clip_max: float | None = 3.0,
     ) -> torch.Tensor:
-        """offpolicy.is_correction: ``token_*`` / ``sequence_*`` is verl's ``rollout_is``
-        level; ``*_truncate`` a single threshold, ``*_mask`` a band."""
+        """offpolicy.is_correction: TIS (``*_truncate``) or TIS with rejection sampling
+        (``*_mask``) at the contract's level (module docstring)."""
         level, _, action = mode.partition("_")
         if level not in ("token", "sequence") or action not in ("truncate", "mask"):
             raise ValueError(f"unknown IS-correction mode {mode!r}")
-        threshold = (
-            _truncation(clip_min, clip_max) if action == "truncate" else _band(clip_min, clip_max)
-        )
-        return _weights(old_logprob, rollout_logprob, response_mask, level, threshold)
+        if action == "truncate":
+            correction = {"rollout_is": level, "rollout_is_threshold": _truncation(clip_min, clip_max)}
+        else:
+            correction = {
+                "rollout_is": level,
+                "rollout_is_threshold": float(clip_max),
+                "rollout_rs": "token_k1" if level == "token" else "seq_sum_k1",
+                "rollout_rs_threshold": _band(clip_min, clip_max),
+            }
+        return _applied_weights(old_logprob, rollout_logprob, response_mask, correction)
 
     def logprob_gap(
         self,

@@ -1,20 +1,34 @@
-"""The verl target: one binding mixin per contract area, composed over verl's functions."""
+"""The verl target: one binding mixin per contract area, composed over verl's functions, for
+one release line (``releases.py``) and one choice of trainer settings."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rlconform.adapters.base import Target
+from rlconform.adapters.verl.actor import ActorLossOps
 from rlconform.adapters.verl.advantage import AdvantageOps
 from rlconform.adapters.verl.aggregate import AggregateOps
 from rlconform.adapters.verl.batch import BatchOps
 from rlconform.adapters.verl.kl import KLOps
 from rlconform.adapters.verl.layout import LayoutOps
 from rlconform.adapters.verl.logprob import LogprobOps
-from rlconform.adapters.verl.loss import LossOps
-from rlconform.adapters.verl.manifest import DEVIATIONS, PROFILE
 from rlconform.adapters.verl.mask import MaskOps
 from rlconform.adapters.verl.metrics import MetricsOps
 from rlconform.adapters.verl.offpolicy import OffpolicyOps
+from rlconform.adapters.verl.profile import profile_for
+from rlconform.adapters.verl.releases import DEFAULTS, Release, Settings
 from rlconform.adapters.verl.reward import RewardOps
+from rlconform.adapters.verl.source import VerlSource
+
+BASELINES = Path(__file__).parent / "baselines"
+
+
+def baseline_path(release: Release, settings: Settings) -> Path:
+    """The shipped baseline of ``release`` (``verl-<certified>[-alternates].toml``)."""
+    stem = Path(release.baseline).stem
+    suffix = "" if settings == DEFAULTS else "-alternates"
+    return BASELINES / f"{stem}{suffix}.toml"
 
 
 class VerlTarget(
@@ -24,7 +38,7 @@ class VerlTarget(
     RewardOps,
     KLOps,
     AdvantageOps,
-    LossOps,
+    ActorLossOps,
     OffpolicyOps,
     AggregateOps,
     BatchOps,
@@ -35,8 +49,33 @@ class VerlTarget(
 
     name = "verl"
 
-    def __init__(self, device: str = "cpu", version: str = "0.9.1"):
+    def __init__(
+        self,
+        source: VerlSource,
+        release: Release,
+        settings: Settings = DEFAULTS,
+        device: str = "cpu",
+    ):
+        from rlconform.conformance import baseline
+
         self.device = device
-        self.version = version
-        self.profile = PROFILE
-        self.deviations = dict(DEVIATIONS)
+        self.source = source
+        self.version = source.version
+        self.release = release
+        self.settings = settings
+        self.profile = profile_for(release, settings)
+        self.bindings = settings.bindings(release)
+        path = baseline_path(release, settings)
+        self.baseline_file = path if path.is_file() else None
+        self.deviations = baseline.load(path) if self.baseline_file else {}
+
+    def describe(self) -> dict[str, str]:
+        header = super().describe()
+        header.update(self.release.describe())
+        header["settings"] = self.settings.name
+        header["baseline"] = self.baseline_file.name if self.baseline_file else "(none)"
+        header["framework_path"] = self.source.framework_path or "(installed package)"
+        header["location"] = self.source.location
+        if self.source.commit:
+            header["commit"] = self.source.commit
+        return header
