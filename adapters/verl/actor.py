@@ -5,8 +5,9 @@ The engine hands ``ppo_loss`` a micro-batch (``TensorDict``) and the model outpu
 log-probs of every sequence position as a nested tensor, which ``ppo_loss`` cuts to the
 responses itself (``no_padding_2_padding``: the model output is left-shifted by one token).
 The adapter builds that micro-batch with a one-token prompt per row and the whole padded
-width as the response, so the cut returns exactly the given (B, T) tensors, autograd graph
-included; ``dp_size``, ``batch_num_tokens`` and ``global_batch_size`` are what the engine
+width as the response (prompts / responses nested in the v1 trainer, padded with the
+attention mask under ``RayPPOTrainer``: ``Release.nested_micro_batches``), so the cut
+returns exactly the given (B, T) tensors, autograd graph included; ``dp_size``, ``batch_num_tokens`` and ``global_batch_size`` are what the engine
 sets for one data-parallel rank holding the whole mini-batch (the all-reduced
 ``loss_mask.sum()`` and ``ppo_mini_batch_size * rollout.n``).
 
@@ -17,14 +18,17 @@ losses the per-token matrix is the ``loss_mat`` the registered loss hands to
 calls ``agg_loss``: its per-row loss is ``ppo_loss`` on a micro-batch of that row alone (a
 micro-batch size the engine runs), written on the row's action tokens. The actor's total
 (``actor_loss``) and the critic's value loss are read per token as ``ppo_loss`` /
-``value_loss`` in ``token-sum`` mode over a mask that keeps that one token, so verl's own
-composition (pg - entropy_coeff * entropy + kl_loss_coef * kl) is what is compared.
+``value_loss`` over a mask that keeps that one token, so verl's own
+composition (pg - entropy_coeff * entropy + kl_loss_coef * kl) is what is compared: the
+actor's total and the critic's value loss per token are the call in ``token-mean`` mode on a
+micro-batch whose only action token is that one (denominator 1; every release has the mode).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -101,31 +105,36 @@ def _sequence_output(values: torch.Tensor) -> torch.Tensor:
 
 
 def _micro_batch(
+    nested: bool,
     fields: dict[str, torch.Tensor],
     response_mask: torch.Tensor,
     batch_num_tokens: int,
     global_batch_size: int | None = None,
 ) -> Any:
+    """The micro-batch the engine hands the loss: prompts / responses nested as the v1
+    TransferQueue stores them (``nested``), or padded with the attention mask as
+    ``RayPPOTrainer``'s ``left_right_2_no_padding`` leaves them."""
     from tensordict import TensorDict
     from verl.utils import tensordict_utils as tu
 
     rows, width = response_mask.shape
     if rows == 0:
         raise Inexpressible(
-            "a batch of no samples: the engine's micro-batch holds nested (ragged) tensors, "
-            "which cannot have zero rows"
+            "a batch of no samples: the engine hands the loss its model output as a nested "
+            "(ragged) tensor, which cannot have zero rows"
         )
     device = response_mask.device
-    prompts = torch.nested.as_nested_tensor(
-        [torch.zeros(1, dtype=torch.int64, device=device)] * rows, layout=torch.jagged
-    )
-    responses = torch.nested.as_nested_tensor(
-        [torch.zeros(width, dtype=torch.int64, device=device)] * rows, layout=torch.jagged
-    )
-    data = TensorDict(
-        {"prompts": prompts, "responses": responses, "response_mask": response_mask, **fields},
-        batch_size=[rows],
-    )
+    prompts = torch.zeros((rows, 1), dtype=torch.int64, device=device)
+    responses = torch.zeros((rows, width), dtype=torch.int64, device=device)
+    layout = {"prompts": prompts, "responses": responses}
+    if nested:
+        layout = {
+            name: torch.nested.as_nested_tensor(list(value), layout=torch.jagged)
+            for name, value in layout.items()
+        }
+    else:
+        layout["attention_mask"] = torch.ones((rows, 1 + width), dtype=torch.int64, device=device)
+    data = TensorDict({**layout, "response_mask": response_mask, **fields}, batch_size=[rows])
     tu.assign_non_tensor(
         data,
         dp_size=1,
@@ -149,9 +158,7 @@ def _graph_zeros(*inputs: torch.Tensor) -> torch.Tensor:
     return zeros
 
 
-def _per_token(
-    call: Any, response_mask: torch.Tensor, *inputs: torch.Tensor
-) -> torch.Tensor:
+def _per_token(call: Any, response_mask: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
     """The (B, T) matrix whose token (i, t) is ``call(mask keeping only (i, t))``."""
     out = _graph_zeros(*inputs)
     for i, t in response_mask.nonzero().tolist():
@@ -181,7 +188,13 @@ class ActorLossOps:
         if entropy is not None:
             model_output["entropy"] = _sequence_output(entropy)
         whole = response_mask if mini_batch_mask is None else mini_batch_mask
-        data = _micro_batch(fields, response_mask, int(whole.sum()), whole.shape[0])
+        data = _micro_batch(
+            self.release.nested_micro_batches,
+            fields,
+            response_mask,
+            int(whole.sum()),
+            whole.shape[0],
+        )
         return ppo_loss(config, model_output, data)
 
     def _policy_loss(
@@ -345,7 +358,7 @@ class ActorLossOps:
                 )
 
             def one_token(mask: torch.Tensor) -> torch.Tensor:
-                loss, _ = self._ppo_loss(config("token-sum"), kl, mask, fields, entropy)
+                loss, _ = self._ppo_loss(config("token-mean"), kl, mask, fields, entropy)
                 return loss
 
             total = _per_token(one_token, response_mask, pg_loss, entropy, kl)
@@ -371,6 +384,10 @@ class ActorLossOps:
         from verl.workers.config import CriticConfig
         from verl.workers.utils.losses import value_loss
 
+        # 0.7's CriticConfig loads a Hugging Face model config unless it is given one; the
+        # value loss never reads it
+        model = {"model_config": SimpleNamespace()} if self.release.critic_model_config else {}
+
         def call(mask: torch.Tensor, mode: str) -> tuple[torch.Tensor, dict[str, Any]]:
             config = CriticConfig(
                 strategy="fsdp",
@@ -378,11 +395,17 @@ class ActorLossOps:
                 ppo_micro_batch_size_per_gpu=1,
                 cliprange_value=cliprange_value,
                 loss_agg_mode=mode,
+                **model,
             )
-            data = _micro_batch({"values": values, "returns": returns}, mask, int(mask.sum()))
+            data = _micro_batch(
+                self.release.nested_micro_batches,
+                {"values": values, "returns": returns},
+                mask,
+                int(mask.sum()),
+            )
             return value_loss(config, {"values": _sequence_output(vpreds)}, data)
 
         _, metrics = call(response_mask, "token-mean")
-        loss = _per_token(lambda mask: call(mask, "token-sum")[0], response_mask, vpreds)
+        loss = _per_token(lambda mask: call(mask, "token-mean")[0], response_mask, vpreds)
         clipfrac = torch.as_tensor(_value(metrics["critic/vf_clipfrac"]), dtype=vpreds.dtype)
         return loss, {"vf_clipfrac": clipfrac}

@@ -12,10 +12,14 @@ the entropy, the cut back to response tokens. Which code that is depends on the 
   ``response_mask``); ``FSDPEngineWithLMHead.prepare_model_inputs`` and
   ``prepare_model_outputs`` run on that micro-batch and the v1 trainer's
   ``response_from_nested`` cuts each response out, which the trainer pads with 0.
-- ``padded_engine`` (0.8.x): the padded batch goes through ``left_right_2_no_padding``,
-  the same two engine methods and ``no_padding_2_padding``, as ``RayPPOTrainer`` does.
+- ``padded_engine`` (0.8.x): ``RayPPOTrainer`` packs the padded batch with
+  ``left_right_2_no_padding`` and cuts the engine's output with ``no_padding_2_padding``.
+  That packing calls ``flash_attn.bert_padding`` (CUDA only; 0.9 added a torch fallback),
+  so the adapter builds the same nested micro-batch itself; the two engine methods and
+  ``no_padding_2_padding`` are verl's.
 - ``dp_actor`` (0.7.x, legacy workers): ``DataParallelPPOActor._forward_micro_batch`` on the
-  padded micro-batch (remove-padding on, as verl's examples run it).
+  padded micro-batch with ``use_remove_padding: false`` (its remove-padding branch packs with
+  ``flash_attn`` too); the label shift is its ``[:, -R - 1 : -1]`` slice of the logits.
 
 The engine object is verl's class without its constructor (no model, no process group):
 the attributes the two methods read are set as a single-GPU, no-sequence-parallel engine
@@ -139,7 +143,12 @@ def _flags(micro_batch: Any, temperature: float, entropy: bool) -> None:
 
 
 def _nested_engine(
-    release: Any, sequences: Sequences, temperature: float, entropy: bool, chunking: bool, width: int
+    release: Any,
+    sequences: Sequences,
+    temperature: float,
+    entropy: bool,
+    chunking: bool,
+    width: int,
 ) -> Forward:
     from tensordict import TensorDict
     from verl.workers.utils.padding import response_from_nested
@@ -184,13 +193,28 @@ def _padded_batch(sequences: Sequences, pad_token: int) -> dict[str, torch.Tenso
         left = prompt_width - len(prompt)
         right = width - len(response)
         rows.append(
-            torch.cat([prompt.new_full((left,), pad_token), prompt, response, response.new_full((right,), pad_token)])
+            torch.cat(
+                [
+                    prompt.new_full((left,), pad_token),
+                    prompt,
+                    response,
+                    response.new_full((right,), pad_token),
+                ]
+            )
         )
         masks.append(
-            torch.cat([prompt.new_zeros(left), prompt.new_ones(len(prompt) + len(response)), prompt.new_zeros(right)])
+            torch.cat(
+                [
+                    prompt.new_zeros(left),
+                    prompt.new_ones(len(prompt) + len(response)),
+                    prompt.new_zeros(right),
+                ]
+            )
         )
         responses.append(torch.cat([response, response.new_full((right,), pad_token)]))
-        response_masks.append(torch.cat([mask.to(torch.int64), mask.new_zeros(right, dtype=torch.int64)]))
+        response_masks.append(
+            torch.cat([mask.to(torch.int64), mask.new_zeros(right, dtype=torch.int64)])
+        )
     attention_mask = torch.stack(masks)
     input_ids = torch.stack(rows)
     return {
@@ -208,21 +232,54 @@ def _packed_logits(sequences: Sequences) -> torch.Tensor:
     return torch.cat(sequences.logits)
 
 
-def _padded_engine(
-    release: Any, sequences: Sequences, temperature: float, entropy: bool, chunking: bool, width: int
-) -> Forward:
+def _no_padding(batch: dict[str, torch.Tensor], sequences: Sequences) -> Any:
+    """The micro-batch ``left_right_2_no_padding`` makes of the padded batch: nested
+    ``input_ids`` / ``position_ids`` of each sample's real tokens, ``loss_mask`` = the
+    response mask, the padded prompts / responses / attention mask kept for the cut. Built
+    here because that function packs with ``flash_attn.bert_padding`` (CUDA only) in the
+    releases on this path."""
     from tensordict import TensorDict
-    from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
+    from verl.utils import tensordict_utils as tu
 
-    batch = _padded_batch(sequences, pad_token=0)
-    data = TensorDict(batch, batch_size=[batch["input_ids"].shape[0]])
-    data = left_right_2_no_padding(data)
+    input_ids = [torch.cat([p, r]) for p, r in zip(sequences.prompts, sequences.responses)]
+    data = TensorDict(
+        {
+            "input_ids": _nested(input_ids),
+            "position_ids": _nested(
+                _position_ids([len(x) for x in input_ids], input_ids[0].device)
+            ),
+            "prompts": batch["prompts"],
+            "responses": batch["responses"],
+            "attention_mask": batch["attention_mask"],
+            "response_mask": batch["response_mask"],
+            "loss_mask": batch["response_mask"],
+        },
+        batch_size=[len(input_ids)],
+    )
+    tu.assign_non_tensor(
+        data,
+        max_seq_len=batch["input_ids"].shape[1],
+        max_response_len=batch["responses"].shape[1],
+    )
+    return data
+
+
+def _padded_engine(
+    release: Any,
+    sequences: Sequences,
+    temperature: float,
+    entropy: bool,
+    chunking: bool,
+    width: int,
+) -> Forward:
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    data = _no_padding(_padded_batch(sequences, pad_token=0), sequences)
     _flags(data, temperature, entropy)
     outputs = _engine_outputs(_fsdp_engine(chunking), release, data, _packed_logits(sequences))
 
     def padded(values: torch.Tensor) -> torch.Tensor:
-        cut = no_padding_2_padding(values, data)
-        return _to_width(cut, width)
+        return _to_width(no_padding_2_padding(values, data), width)
 
     log_probs = padded(outputs["log_probs"])
     return Forward(log_probs, padded(outputs["entropy"]) if entropy else None)
@@ -235,22 +292,40 @@ def _to_width(values: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(values, (0, width - values.shape[1]))
 
 
+def _padded_logits(sequences: Sequences, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The logits rows at the padded batch's real positions (zeros elsewhere): what a model
+    returns for the padded input without remove-padding."""
+    rows, width = batch["input_ids"].shape
+    vocab = sequences.logits[0].shape[-1]
+    out = sequences.logits[0].new_zeros((rows, width, vocab))
+    real = batch["attention_mask"].bool()
+    for i, logits in enumerate(sequences.logits):
+        out[i][real[i]] = logits
+    return out
+
+
 def _dp_actor(
-    release: Any, sequences: Sequences, temperature: float, entropy: bool, chunking: bool, width: int
+    release: Any,
+    sequences: Sequences,
+    temperature: float,
+    entropy: bool,
+    chunking: bool,
+    width: int,
 ) -> Forward:
     module = import_verl_module("verl.workers.actor.dp_actor")
-    from verl.workers.config import ActorConfig
+    from verl.workers.config.actor import FSDPActorConfig
 
     batch = _padded_batch(sequences, pad_token=0)
     actor = object.__new__(module.DataParallelPPOActor)
-    actor.config = ActorConfig(
+    actor.config = FSDPActorConfig(
         strategy="fsdp",
         rollout_n=1,
         ppo_micro_batch_size_per_gpu=1,
         entropy_from_logits_with_chunking=chunking,
+        use_remove_padding=False,
     )
-    actor.actor_module = _Model(_packed_logits(sequences).unsqueeze(0))
-    actor.use_remove_padding = True
+    actor.actor_module = _Model(_padded_logits(sequences, batch))
+    actor.use_remove_padding = False
     actor.use_fused_kernels = False
     actor.use_ulysses_sp = False
     actor.ulysses_sequence_parallel_size = 1

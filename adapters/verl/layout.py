@@ -7,7 +7,8 @@ The agent loop pads each sample with its tokenizer's ``pad`` (prompts on the lef
 and the response mask on the right, to the rollout's prompt / response length); a tokenizer
 whose pad token is the case's stands in for the model's (a word-level fast tokenizer: only
 its ``pad`` runs). 0.7.x pads inline in ``_agent_loop_postprocess`` (async, with the whole
-rollout around it): there ``pad_batch`` is unsupported. Rows are handed to verl one sample at
+rollout around it) and has no ``build_attention_mask_from_nested``: its table binds neither
+``pad_batch`` nor ``unpack_batch``. Rows are handed to verl one sample at
 a time, as the agent loop does, and stacked; packed rows are read back through nested tensors
 whose offsets are the given ``cu_seqlens``.
 """
@@ -17,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
-
-from rlconform.adapters.base import Unsupported
 
 
 def _device(rows: Sequence[torch.Tensor], fallback: str) -> torch.device | str:
@@ -101,8 +100,6 @@ class LayoutOps:
         only: ``compute_position_id_with_mask``); response_mask is the response attention
         mask; response fields (float) are right-padded with 0.0 as the agent loop pads
         ``response_logprobs``."""
-        if not self.release.agent_loop_pads:
-            raise Unsupported("verl 0.7 pads inside the async agent loop, with no padding helper")
         device = _device(prompts, self.device)
         if prompt_width is None:
             prompt_width = max((int(p.numel()) for p in prompts), default=0)

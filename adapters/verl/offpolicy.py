@@ -137,7 +137,10 @@ class OffpolicyOps:
         if level not in ("token", "sequence") or action not in ("truncate", "mask"):
             raise ValueError(f"unknown IS-correction mode {mode!r}")
         if action == "truncate":
-            correction = {"rollout_is": level, "rollout_is_threshold": _truncation(clip_min, clip_max)}
+            correction = {
+                "rollout_is": level,
+                "rollout_is_threshold": _truncation(clip_min, clip_max),
+            }
         else:
             correction = {
                 "rollout_is": level,

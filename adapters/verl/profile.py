@@ -55,7 +55,9 @@ def profile_for(release: Release, settings: Settings) -> Profile:
     fields = {}
     if settings.vectorized_estimators:
         fields["rloo_singleton"] = "zero"
-    name = release.profile_name if not settings.changed_ops(release) else (
-        release.profile_name + "-alternates"
+    name = (
+        release.profile_name
+        if not settings.changed_ops(release)
+        else (release.profile_name + "-alternates")
     )
     return dataclasses.replace(_PROFILE, name=name, extra=extra, **fields)

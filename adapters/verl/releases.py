@@ -55,11 +55,16 @@ class Release:
     ``"padded_engine"``: a padded batch through ``left_right_2_no_padding``, the engine and
     ``no_padding_2_padding``; ``"dp_actor"``: the legacy ``DataParallelPPOActor``).
     ``engine_outputs_takes_processor``: ``prepare_model_outputs`` has the
-    ``logits_processor_func`` parameter. ``ppo_loss_pads``: ``losses.ppo_loss`` converts
-    nested fields to padded itself. ``reward_path``: ``"agent_loop_output"`` (v1:
+    ``logits_processor_func`` parameter. ``reward_path``: ``"agent_loop_output"`` (v1:
     ``AgentLoopOutput.as_dict``) or ``"agent_loop_postprocess"`` (``AgentLoopWorker
     ._postprocess``). ``colocated_reward``: the line has the colocated reward-model path
     (``assemble_rm_scores`` cut to each response) as an alternative trainer path.
+    ``critic_model_config``: ``CriticConfig`` loads a model config unless given one.
+    ``nested_micro_batches``: the engine's micro-batches hold prompts and responses as nested
+    tensors (v1 TransferQueue samples), not padded with an attention mask.
+
+    An operation missing from ``bindings`` is not implemented on that line (its clauses are
+    skipped): the line has no function for it on any trainer path.
     """
 
     line: str
@@ -68,12 +73,11 @@ class Release:
     advantage_entry: str
     logprob_path: str
     engine_outputs_takes_processor: bool
-    ppo_loss_pads: bool
     reward_path: str
     colocated_reward: bool
-    agent_loop_pads: bool
+    critic_model_config: bool
+    nested_micro_batches: bool
     bindings: Mapping[str, Mapping[str, Any]]
-    actor_path: str
     baseline: str
     profile_name: str
 
@@ -81,7 +85,11 @@ class Release:
         return version == self.line or version.startswith(self.line + ".")
 
     def describe(self) -> dict[str, str]:
-        return {"release": self.line + ".x", "bindings": f"verl-{self.line}", "trainer": self.trainer}
+        return {
+            "release": self.line + ".x",
+            "bindings": f"verl-{self.line}",
+            "trainer": self.trainer,
+        }
 
 
 def _binding(functions: list[str], path: str) -> dict[str, Any]:
@@ -107,15 +115,23 @@ def _advantage_bindings(entry: list[str], path: str) -> dict[str, dict[str, Any]
     return {op: _binding([*entry, fn], path) for op, fn in names.items()}
 
 
-def _shared_bindings(trainer: str, actor: str) -> dict[str, dict[str, Any]]:
-    """Bindings whose functions and paths are the same in every supported line."""
-    return {
+def _shared_bindings(trainer: str, actor: str, cpu_unpad: bool) -> dict[str, dict[str, Any]]:
+    """Bindings whose functions and paths are the same in every supported line.
+
+    ``cpu_unpad``: ``attention_utils.unpad_input`` runs without flash_attn (0.9 added a torch
+    fallback; before, it imports ``flash_attn.bert_padding``, which has no CPU build), so the
+    remove-padding layout functions can be certified on CPU.
+    """
+    table = {
         "response_mask_from_attention": _binding(
             [f"{_RT}.compute_response_mask"], f"{V0} (response_mask fallback)"
         ),
         "masked_mean": _binding([f"{_TF}.masked_mean"], f"{actor} (loss metrics)"),
         "pad_batch": _binding(
-            [f"{_AGENT}.AgentLoopWorker._pad_token_ids", "verl.utils.model.compute_position_id_with_mask"],
+            [
+                f"{_AGENT}.AgentLoopWorker._pad_token_ids",
+                "verl.utils.model.compute_position_id_with_mask",
+            ],
             f"{V0} (agent loop: _agent_loop_postprocess)",
         ),
         "pack_batch": _binding(
@@ -126,7 +142,9 @@ def _shared_bindings(trainer: str, actor: str) -> dict[str, dict[str, Any]]:
             ["verl.utils.attention_utils.unpad_input"], f"{V0} (left_right_2_no_padding)"
         ),
         "kl_penalty": _binding([f"{_CORE}.kl_penalty"], f"{actor} (KL loss); {trainer}"),
-        "apply_kl_in_reward": _binding([f"{_RT}.apply_kl_penalty"], f"{trainer} (use_kl_in_reward)"),
+        "apply_kl_in_reward": _binding(
+            [f"{_RT}.apply_kl_penalty"], f"{trainer} (use_kl_in_reward)"
+        ),
         "kl_controller_update": _binding(
             [f"{_CORE}.get_kl_controller", f"{_CORE}.AdaptiveKLController.update"],
             f"{trainer} (use_kl_in_reward)",
@@ -137,11 +155,17 @@ def _shared_bindings(trainer: str, actor: str) -> dict[str, dict[str, Any]]:
             f"{ENGINE} (global batch_num_tokens / global_batch_size bookkeeping, transcribed)",
         ),
         "tis_weights": _binding(
-            [f"{_RC}.compute_rollout_correction_and_add_to_batch", f"{_CORE}.compute_policy_loss_vanilla"],
+            [
+                f"{_RC}.compute_rollout_correction_and_add_to_batch",
+                f"{_CORE}.compute_policy_loss_vanilla",
+            ],
             f"{trainer} (rollout_correction: rollout_is=token) -> {actor} (rollout_is_weights)",
         ),
         "icepop_weights": _binding(
-            [f"{_RC}.compute_rollout_correction_and_add_to_batch", f"{_CORE}.compute_policy_loss_vanilla"],
+            [
+                f"{_RC}.compute_rollout_correction_and_add_to_batch",
+                f"{_CORE}.compute_policy_loss_vanilla",
+            ],
             f"{trainer} (rollout_correction: token IcePop band) -> {actor} (rollout_is_weights)",
         ),
         "is_correction_weights": _binding(
@@ -157,6 +181,7 @@ def _shared_bindings(trainer: str, actor: str) -> dict[str, dict[str, Any]]:
             ["verl.utils.debug.metrics.calculate_debug_metrics"], f"{trainer} (old_log_prob step)"
         ),
         "batch_make": _binding([f"{_PROTO}.DataProto.from_dict"], V0),
+        "batch_read": _binding([f"{_PROTO}.DataProto"], V0),
         "batch_union": _binding([f"{_PROTO}.DataProto.union"], V0),
         "batch_chunk": _binding([f"{_PROTO}.DataProto.chunk"], V0),
         "batch_split": _binding([f"{_PROTO}.DataProto.split"], V0),
@@ -164,7 +189,9 @@ def _shared_bindings(trainer: str, actor: str) -> dict[str, dict[str, Any]]:
         "batch_reorder": _binding([f"{_PROTO}.DataProto.reorder"], V0),
         "batch_repeat": _binding([f"{_PROTO}.DataProto.repeat"], V0),
         "batch_concat": _binding([f"{_PROTO}.DataProto.concat"], V0),
-        "batch_pad_to_divisor": _binding([f"{_PROTO}.pad_dataproto_to_divisor"], f"{V0} (validation)"),
+        "batch_pad_to_divisor": _binding(
+            [f"{_PROTO}.pad_dataproto_to_divisor"], f"{V0} (validation)"
+        ),
         "batch_unpad": _binding([f"{_PROTO}.unpad_dataproto"], f"{V0} (validation)"),
         "batch_sample_mean": _binding([f"{_PROTO}.unpad_dataproto"], f"{V0} (validation)"),
         "seqlen_workload": _binding(
@@ -183,8 +210,14 @@ def _shared_bindings(trainer: str, actor: str) -> dict[str, dict[str, Any]]:
         "validation_metrics": _binding(
             [f"{_METRIC}.process_validation_metrics"], f"{trainer} (validation)"
         ),
-        "reduce_metrics": _binding(["verl.utils.metric.reduce_metrics"], f"{trainer} (step metrics)"),
+        "reduce_metrics": _binding(
+            ["verl.utils.metric.reduce_metrics"], f"{trainer} (step metrics)"
+        ),
     }
+    if not cpu_unpad:
+        for op in ("pack_batch", "unpad_batch"):
+            del table[op]
+    return table
 
 
 def _loss_bindings(actor: str) -> dict[str, dict[str, Any]]:
@@ -238,12 +271,12 @@ RELEASE_0_9 = Release(
     advantage_entry="multi_trajectories",
     logprob_path="nested_engine",
     engine_outputs_takes_processor=True,
-    ppo_loss_pads=True,
     reward_path="agent_loop_output",
     colocated_reward=True,
-    agent_loop_pads=True,
+    critic_model_config=False,
+    nested_micro_batches=True,
     bindings={
-        **_shared_bindings(V1, _V1_ACTOR),
+        **_shared_bindings(V1, _V1_ACTOR, cpu_unpad=True),
         **_advantage_bindings(_V1_ADV, f"{V1} (_compute_advantage)"),
         **_loss_bindings(_V1_ACTOR),
         **_engine_logprob_bindings(
@@ -257,10 +290,10 @@ RELEASE_0_9 = Release(
             "v1 engine (use_remove_padding=False)",
         ),
         "place_reward_last": _binding(
-            [f"{_AGENT}.AgentLoopOutput.as_dict"], f"{V1} (TransferQueue agent loop, streaming reward)"
+            [f"{_AGENT}.AgentLoopOutput.as_dict"],
+            f"{V1} (TransferQueue agent loop, streaming reward)",
         ),
     },
-    actor_path=_V1_ACTOR,
     baseline="verl-0.9.1.toml",
     profile_name="verl-0.9.1",
 )
@@ -275,35 +308,32 @@ RELEASE_0_8 = Release(
     advantage_entry="compute_advantage",
     logprob_path="padded_engine",
     engine_outputs_takes_processor=True,
-    ppo_loss_pads=True,
     reward_path="agent_loop_postprocess",
     colocated_reward=False,
-    agent_loop_pads=True,
+    critic_model_config=False,
+    nested_micro_batches=False,
     bindings={
-        **_shared_bindings(V0, _V0_ACTOR),
+        **_shared_bindings(V0, _V0_ACTOR, cpu_unpad=False),
         **_advantage_bindings(_V0_ADV, f"{V0} (fit: compute_advantage)"),
         **_loss_bindings(_V0_ACTOR),
         **_engine_logprob_bindings(
-            [f"{_PAD}.left_right_2_no_padding"],
+            [],
             [f"{_PAD}.no_padding_2_padding"],
-            f"{V0} ({ENGINE} compute_log_prob)",
+            f"{V0} ({ENGINE} compute_log_prob; input packed as left_right_2_no_padding packs "
+            "it, which needs flash_attn)",
             "logits.div_(temperature)",
-        ),
-        "unpack_batch": _binding(
-            [f"{_PAD}.build_attention_mask_from_nested", "verl.utils.attention_utils.unpad_input"],
-            f"{ENGINE} (use_remove_padding=False)",
         ),
         "place_reward_last": _binding(
             [f"{_AGENT}.AgentLoopWorker._postprocess"], f"{V0} (agent loop, streaming reward)"
         ),
     },
-    actor_path=_V0_ACTOR,
     baseline="verl-0.8.0.toml",
     profile_name="verl-0.8.0",
 )
 
 _DP_ACTOR = "verl.workers.actor.dp_actor.DataParallelPPOActor"
 _LEGACY = f"{V0} with the legacy FSDP workers (default)"
+_PADDED = "use_remove_padding=false: remove-padding packs with flash_attn, CUDA only"
 _OPT_IN_ACTOR = f"{V0} actor ({ENGINE}, use_legacy_worker_impl=disable: opt-in)"
 
 
@@ -311,18 +341,21 @@ def _legacy_logprob_bindings() -> dict[str, dict[str, Any]]:
     forward = [f"{_DP_ACTOR}._forward_micro_batch"]
     return {
         "response_logprobs": _binding(
-            [*forward, f"{_TF}.logprobs_from_logits"], f"{_LEGACY} (compute_log_prob: label shift)"
+            [*forward, f"{_TF}.logprobs_from_logits"],
+            f"{_LEGACY} (compute_log_prob: label shift; {_PADDED})",
         ),
         "sampling_logprobs": _binding(
             [*forward, f"{_TF}.logprobs_from_logits"],
-            f"{_LEGACY} (logits.div_(temperature); top-k / top-p are not passed to the actor)",
+            f"{_LEGACY} (logits.div_(temperature); top-k / top-p are not passed to the actor; "
+            f"{_PADDED})",
         ),
         "entropy_from_logits": _binding(
-            [*forward, f"{_TF}.entropy_from_logits"], f"{_LEGACY} (calculate_entropy)"
+            [*forward, f"{_TF}.entropy_from_logits"],
+            f"{_LEGACY} (calculate_entropy; {_PADDED})",
         ),
         "entropy_mean": _binding(
             [*forward, f"{_TF}.entropy_from_logits", f"{_CORE}.agg_loss"],
-            f"{_LEGACY} (actor/entropy metric)",
+            f"{_LEGACY} (actor/entropy metric; {_PADDED})",
         ),
     }
 
@@ -334,12 +367,18 @@ RELEASE_0_7 = Release(
     advantage_entry="compute_advantage",
     logprob_path="dp_actor",
     engine_outputs_takes_processor=False,
-    ppo_loss_pads=False,
     reward_path="agent_loop_postprocess",
     colocated_reward=False,
-    agent_loop_pads=False,
+    critic_model_config=True,
+    nested_micro_batches=False,
     bindings={
-        **{op: b for op, b in _shared_bindings(V0, _OPT_IN_ACTOR).items() if op != "pad_batch"},
+        # 0.7 pads inline in the async agent loop, and its rollout correction takes a single
+        # IS threshold (no IcePop band)
+        **{
+            op: b
+            for op, b in _shared_bindings(V0, _OPT_IN_ACTOR, cpu_unpad=False).items()
+            if op not in ("pad_batch", "icepop_weights")
+        },
         **_advantage_bindings(_V0_ADV, f"{V0} (fit: compute_advantage)"),
         **_loss_bindings(_OPT_IN_ACTOR),
         **_legacy_logprob_bindings(),
@@ -347,7 +386,6 @@ RELEASE_0_7 = Release(
             [f"{_AGENT}.AgentLoopWorker._postprocess"], f"{V0} (agent loop, streaming reward)"
         ),
     },
-    actor_path=_OPT_IN_ACTOR,
     baseline="verl-0.7.1.toml",
     profile_name="verl-0.7.1",
 )
@@ -399,7 +437,7 @@ class Settings:
             )
         if self.entropy_chunking:
             swaps[f"{_TF}.entropy_from_logits"] = f"{_TF}.entropy_from_logits_with_chunking"
-        for op, binding in table.items():
+        for binding in table.values():
             binding["functions"] = [swaps.get(f, f) for f in binding["functions"]]
         if self.colocated_reward and release.colocated_reward:
             table["place_reward_last"] = _binding(

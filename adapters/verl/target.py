@@ -69,6 +69,10 @@ class VerlTarget(
         self.baseline_file = path if path.is_file() else None
         self.deviations = baseline.load(path) if self.baseline_file else {}
 
+    def implements(self, op: str) -> bool:
+        """An operation runs only where the release's table binds it to a verl function."""
+        return op in self.bindings and super().implements(op)
+
     def describe(self) -> dict[str, str]:
         header = super().describe()
         header.update(self.release.describe())
