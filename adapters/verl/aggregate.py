@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from rlconform.adapters.base import Unsupported
+
 
 class AggregateOps:
     """`agg` operations through verl's ``agg_loss``."""
@@ -19,8 +21,12 @@ class AggregateOps:
         global_batch_size: int | torch.Tensor | None = None,
         loss_scale_factor: float | None = None,
     ) -> torch.Tensor:
-        """agg.*: ``verl.trainer.ppo.core_algos.agg_loss`` with verl's own keywords."""
+        """agg.*: ``verl.trainer.ppo.core_algos.agg_loss`` with verl's own keywords; a mode
+        the release lacks (``Release.agg_modes``) is unsupported."""
         from verl.trainer.ppo.core_algos import agg_loss
+
+        if mode not in self.release.agg_modes:
+            raise Unsupported(f"verl {self.release.line}.x has no loss_agg_mode {mode!r}")
 
         return agg_loss(
             loss_mat=loss_mat,

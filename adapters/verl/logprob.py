@@ -90,7 +90,7 @@ class LogprobOps:
             _all_positions(logits),
             temperature=1.0,
             entropy=True,
-            chunking=self.settings.entropy_chunking,
+            chunking=self.settings.entropy_chunking and self.release.chunked_entropy,
             width=logits.shape[1],
         ).entropy
 

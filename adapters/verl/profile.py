@@ -38,6 +38,11 @@ _PROFILE = Profile(
         "whiten_degenerate": "raise",
         "singleton_baseline": "zero",
         "gpg_alpha": "nonzero_score",
+        # loss.gmpo: geo_mean clamps no log-ratio (its +-20 clamp is commented out).
+        "gmpo_log_ratio_clamp": None,
+        # adv.gae: compute_gae_advantage_return has no bootstrap value (0 after the last
+        # token of every sample).
+        "truncated_bootstrap": False,
         # metrics.validation_at_n: 1000 bootstrap draws, first-seen majority ties.
         "validation_n_bootstrap": 1000,
         "validation_maj_tie": "first_seen",

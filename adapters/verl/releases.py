@@ -62,6 +62,10 @@ class Release:
     ``critic_model_config``: ``CriticConfig`` loads a model config unless given one.
     ``nested_micro_batches``: the engine's micro-batches hold prompts and responses as nested
     tensors (v1 TransferQueue samples), not padded with an attention mask.
+    ``chunked_entropy``: the bound forward honours ``entropy_from_logits_with_chunking``
+    (0.7's padded branch of ``_forward_micro_batch`` always calls ``entropy_from_logits``).
+    ``agg_modes``: the ``loss_agg_mode`` values ``agg_loss`` knows (``token-sum`` is new in
+    0.9).
 
     An operation missing from ``bindings`` is not implemented on that line (its clauses are
     skipped): the line has no function for it on any trainer path.
@@ -77,6 +81,8 @@ class Release:
     colocated_reward: bool
     critic_model_config: bool
     nested_micro_batches: bool
+    chunked_entropy: bool
+    agg_modes: tuple[str, ...]
     bindings: Mapping[str, Mapping[str, Any]]
     baseline: str
     profile_name: str
@@ -275,6 +281,14 @@ RELEASE_0_9 = Release(
     colocated_reward=True,
     critic_model_config=False,
     nested_micro_batches=True,
+    chunked_entropy=True,
+    agg_modes=(
+        "token-mean",
+        "token-sum",
+        "seq-mean-token-sum",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum-norm",
+    ),
     bindings={
         **_shared_bindings(V1, _V1_ACTOR, cpu_unpad=True),
         **_advantage_bindings(_V1_ADV, f"{V1} (_compute_advantage)"),
@@ -312,6 +326,13 @@ RELEASE_0_8 = Release(
     colocated_reward=False,
     critic_model_config=False,
     nested_micro_batches=False,
+    chunked_entropy=True,
+    agg_modes=(
+        "token-mean",
+        "seq-mean-token-sum",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum-norm",
+    ),
     bindings={
         **_shared_bindings(V0, _V0_ACTOR, cpu_unpad=False),
         **_advantage_bindings(_V0_ADV, f"{V0} (fit: compute_advantage)"),
@@ -371,6 +392,13 @@ RELEASE_0_7 = Release(
     colocated_reward=False,
     critic_model_config=True,
     nested_micro_batches=False,
+    chunked_entropy=False,
+    agg_modes=(
+        "token-mean",
+        "seq-mean-token-sum",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum-norm",
+    ),
     bindings={
         # 0.7 pads inline in the async agent loop, and its rollout correction takes a single
         # IS threshold (no IcePop band)
@@ -416,7 +444,7 @@ class Settings:
         ops: list[str] = []
         if self.vectorized_estimators:
             ops += ["advantage_grpo", "advantage_rloo"]
-        if self.entropy_chunking:
+        if self.entropy_chunking and release.chunked_entropy:
             ops += ["entropy_from_logits", "entropy_mean"]
         if self.colocated_reward and release.colocated_reward:
             ops += ["place_reward_last"]
@@ -435,7 +463,7 @@ class Settings:
             swaps[f"{_CORE}.compute_rloo_outcome_advantage"] = (
                 f"{_CORE}.compute_rloo_vectorized_outcome_advantage"
             )
-        if self.entropy_chunking:
+        if self.entropy_chunking and release.chunked_entropy:
             swaps[f"{_TF}.entropy_from_logits"] = f"{_TF}.entropy_from_logits_with_chunking"
         for binding in table.values():
             binding["functions"] = [swaps.get(f, f) for f in binding["functions"]]
