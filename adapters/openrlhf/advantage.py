@@ -15,7 +15,7 @@ whitens over the batch for gae / reinforce / reinforce_baseline. Estimators:
 Two ways the canonical token rewards enter, both exact in floating point:
 
 - Outcome estimators (group baselines): the reward is the sample's score, the sum of its
-  token rewards over action tokens (CONTRACT adv), and the KL is 0.
+  token rewards over the response (CONTRACT adv), and the KL is 0.
 - Token-reward estimators (gae, reinforce): OpenRLHF's dense token rewards are its
   ``-kl_coef * kl`` term, so the row enters as r = 0, ``kl_ctl.value = 1`` and
   ``kl = -token_rewards``: ``compute_reward`` returns the row bit for bit (negation and
@@ -84,15 +84,13 @@ class AdvantageBindings(OpenRLHFCommon):
         response_mask: torch.Tensor,
         index: Sequence[Any],
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        mask = action_mask(response_mask)
         positions, n = group_positions(index, token_level_rewards.shape[0], estimator)
         # The canonical input is token rewards; OpenRLHF's is the sample's reward, which the
-        # contract defines as their sum over action tokens.
-        scores = torch.where(mask, token_level_rewards, torch.zeros_like(token_level_rewards))
+        # contract defines as their sum over the response (reward padding is 0).
         return self._advantage_step(
             estimator,
             response_mask,
-            rewards=scores.sum(-1),
+            rewards=token_level_rewards.sum(-1),
             kl=torch.zeros_like(token_level_rewards),
             kl_coef=0.0,
             positions=positions,

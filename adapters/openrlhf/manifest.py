@@ -36,6 +36,12 @@ PROFILE = Profile(
         "is_sequence_log_ratio": "mean",
         # adv.*: a batch with at most one action token whitens to 0 (var clamped at 1e-8).
         "whiten_degenerate": "zeros",
+        # adv.gae / adv.reinforce_pp: the backward loops step over every position (rewards
+        # and values masked to 0 at mask-0 tokens), so a hole is a discount step.
+        "discount_at_holes": True,
+        # adv.gae: get_advantages_and_returns ends every sample with next value 0: a
+        # length-truncated response is treated as terminated.
+        "truncated_bootstrap": False,
     },
 )
 
