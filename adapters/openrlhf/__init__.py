@@ -25,8 +25,11 @@ class OpenRLHFTarget(KLBindings, AdvantageBindings, LossBindings, Target):
 
     name = "openrlhf"
 
-    def __init__(self, runtime: OpenRLHFRuntime, device: str = "cpu"):
+    def __init__(
+        self, runtime: OpenRLHFRuntime, device: str = "cpu", framework_path: str | None = None
+    ):
         self.runtime = runtime
+        self.framework_path = framework_path
         self.device = device
         self.version = runtime.version
         self.profile = PROFILE
@@ -41,11 +44,15 @@ class OpenRLHFTarget(KLBindings, AdvantageBindings, LossBindings, Target):
         info["shims"] = ", ".join(self.runtime.shims) or "none"
         return info
 
+    def __reduce__(self) -> tuple:
+        """Pickled as its recipe (gloo workers import OpenRLHF themselves)."""
+        return (load, (self.device, self.framework_path))
+
 
 def load(device: str = "cpu", framework_path: str | None = None) -> OpenRLHFTarget:
     """The OpenRLHF target; SetupError (CLI exit 2) when OpenRLHF is missing or its release is
     outside the supported range."""
-    return OpenRLHFTarget(load_runtime(framework_path), device=device)
+    return OpenRLHFTarget(load_runtime(framework_path), device=device, framework_path=framework_path)
 
 
 __all__ = ["OpenRLHFTarget", "load"]

@@ -17,12 +17,30 @@ token (and that coefficient times 0 elsewhere, as the aggregation sees it).
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import torch
 
 from rlconform.adapters.base import Inexpressible, Unsupported
 from rlconform.adapters.openrlhf.common import OpenRLHFCommon, action_mask
+
+def _local_strategy() -> Any:
+    """None (no process group), or a strategy whose ``ds_device_mesh["dp"]`` is this rank."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    rank = dist.get_rank()
+    group = _LOCAL_GROUPS.get(rank)
+    if group is None:
+        group = dist.new_group([rank], use_local_synchronization=True)
+        _LOCAL_GROUPS[rank] = group
+    mesh = {"dp": types.SimpleNamespace(get_group=lambda: group)}
+    return types.SimpleNamespace(ds_device_mesh=mesh)
+
+
+_LOCAL_GROUPS: dict[int, Any] = {}
 
 # Contract aggregation modes -> aggregate_loss(token_level_loss=...) (--actor.loss_agg_mode).
 AGG_MODES = {"token-mean": True, "seq-mean-token-mean": False}
@@ -236,7 +254,10 @@ class LossBindings(OpenRLHFCommon):
         )
 
     def _batch_info(self, mask: torch.Tensor) -> dict[str, Any]:
-        return dict(self.runtime.loss_utils.get_loss_batch_info(None, mask))
+        """``get_loss_batch_info`` of this call's batch alone: with a process group
+        initialised it all-reduces over the strategy's data-parallel group, so it gets a
+        strategy whose group is this rank only (the clause reduces the shares itself)."""
+        return dict(self.runtime.loss_utils.get_loss_batch_info(_local_strategy(), mask))
 
     def agg_batch_info(self, loss_mask: torch.Tensor) -> dict[str, int]:
         """agg.shard_invariance: ``get_loss_batch_info`` of this shard alone: action tokens

@@ -173,6 +173,21 @@ def _purge(prefix: str) -> None:
             del sys.modules[name]
 
 
+_ADDED_PATHS: list[str] = []
+
+
+def _drop_added_paths() -> None:
+    """Forget checkouts an earlier ``--framework-path`` load put first on ``sys.path``."""
+    if not _ADDED_PATHS:
+        return
+    for path in _ADDED_PATHS:
+        while path in sys.path:
+            sys.path.remove(path)
+    _ADDED_PATHS.clear()
+    _purge("openrlhf")
+    importlib.invalidate_caches()
+
+
 def _use_path(framework_path: str) -> Path:
     root = Path(framework_path).expanduser().resolve()
     if not (root / "openrlhf" / "models" / "loss.py").is_file():
@@ -189,6 +204,7 @@ def _use_path(framework_path: str) -> Path:
     if str(root) in sys.path:
         sys.path.remove(str(root))
     sys.path.insert(0, str(root))
+    _ADDED_PATHS.append(str(root))
     importlib.invalidate_caches()
     return root
 
@@ -238,6 +254,8 @@ def _release_of(version: str) -> Release:
 def load_runtime(framework_path: str | None = None) -> OpenRLHFRuntime:
     """Import OpenRLHF (installed, or the checkout at ``framework_path``) and pick the
     binding table of its release; SetupError (CLI exit 2) with what to do otherwise."""
+    if not framework_path:
+        _drop_added_paths()
     root_hint = _use_path(framework_path) if framework_path else None
     if root_hint is None and not _importable("openrlhf"):
         raise SetupError(
