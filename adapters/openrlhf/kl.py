@@ -28,6 +28,8 @@ def _outcome_rewards(token_scores: torch.Tensor, mask: torch.Tensor) -> torch.Te
     last action token; rows whose scores are anything else (dense scores, a score on a
     mask-0 token) cannot be written in that signature."""
     width = token_scores.shape[-1]
+    if width == 0 or token_scores.shape[0] == 0:
+        return token_scores.sum(-1)
     columns = torch.arange(width, device=token_scores.device).expand_as(token_scores)
     last = torch.where(mask, columns, torch.full_like(columns, -1)).amax(-1, keepdim=True)
     on_last = columns == last

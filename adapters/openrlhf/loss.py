@@ -241,13 +241,12 @@ class LossBindings(OpenRLHFCommon):
                 f"(--actor.loss_agg_mode), not {mode!r}"
             )
         mask = action_mask(loss_mask)
-        info = self._batch_info(mask)
-        if batch_num_tokens is not None:
-            info["batch_num_tokens"] = batch_num_tokens
-        if global_batch_size is not None:
-            info["global_batch_size"] = global_batch_size
-        if dp_size != 1 and (batch_num_tokens is None or global_batch_size is None):
-            raise Inexpressible(f"dp_size {dp_size} without the global denominators")
+        info = {"batch_num_tokens": batch_num_tokens, "global_batch_size": global_batch_size}
+        if batch_num_tokens is None or global_batch_size is None:
+            if dp_size != 1:
+                raise Inexpressible(f"dp_size {dp_size} without the global denominators")
+            local = self._batch_info(mask)
+            info = {key: local[key] if value is None else value for key, value in info.items()}
         info["dp_size"] = dp_size
         return self.runtime.loss.aggregate_loss(
             loss_mat, mask, token_level_loss=AGG_MODES[mode], **info
