@@ -52,7 +52,9 @@ class OpenRLHFTarget(KLBindings, AdvantageBindings, LossBindings, Target):
 def load(device: str = "cpu", framework_path: str | None = None) -> OpenRLHFTarget:
     """The OpenRLHF target; SetupError (CLI exit 2) when OpenRLHF is missing or its release is
     outside the supported range."""
-    return OpenRLHFTarget(load_runtime(framework_path), device=device, framework_path=framework_path)
+    return OpenRLHFTarget(
+        load_runtime(framework_path), device=device, framework_path=framework_path
+    )
 
 
 __all__ = ["OpenRLHFTarget", "load"]

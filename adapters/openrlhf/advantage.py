@@ -110,8 +110,9 @@ class AdvantageBindings(OpenRLHFCommon):
         return self._advantage_step(
             estimator,
             response_mask,
-            rewards=torch.zeros(batch, dtype=token_level_rewards.dtype,
-                                device=token_level_rewards.device),
+            rewards=torch.zeros(
+                batch, dtype=token_level_rewards.dtype, device=token_level_rewards.device
+            ),
             kl=-token_level_rewards,
             kl_coef=1.0,
             positions=list(range(batch)),

@@ -25,6 +25,7 @@ import torch
 from rlconform.adapters.base import Inexpressible, Unsupported
 from rlconform.adapters.openrlhf.common import OpenRLHFCommon, action_mask
 
+
 def _local_strategy() -> Any:
     """None (no process group), or a strategy whose ``ds_device_mesh["dp"]`` is this rank."""
     import torch.distributed as dist
@@ -67,7 +68,10 @@ class LossBindings(OpenRLHFCommon):
         """``policy.forward`` as ``training_step`` calls it: (per-token loss, clip_ratio)."""
         with self.per_token_loss():
             outputs = policy(
-                log_prob, old_log_prob, advantages, action_mask=mask,
+                log_prob,
+                old_log_prob,
+                advantages,
+                action_mask=mask,
                 rollout_log_probs=rollout_log_prob,
             )
         return outputs[0], outputs[1]
@@ -137,8 +141,11 @@ class LossBindings(OpenRLHFCommon):
         # No lower (upper) bound is the bound 0 (inf) for a ratio exp(x) >= 0.
         band = [0.0 if low is None else float(low), float("inf") if high is None else float(high)]
         if self.runtime.release.is_api == "gate":
-            level, mode = {"tis": ("token", "clip"), "icepop": ("token", "mask"),
-                           "seq_mask": ("seq", "mask")}[kind]
+            level, mode = {
+                "tis": ("token", "clip"),
+                "icepop": ("token", "mask"),
+                "seq_mask": ("seq", "mask"),
+            }[kind]
             return {
                 "is_correction_level": level,
                 "is_correction_mode": mode,
@@ -148,8 +155,11 @@ class LossBindings(OpenRLHFCommon):
         return {
             "enable_vllm_is_correction": True,
             "vllm_is_truncated_threshold": band,
-            "vllm_is_correction_type": {"tis": "tis", "icepop": "icepop",
-                                        "seq_mask": "seq-mask-tis"}[kind],
+            "vllm_is_correction_type": {
+                "tis": "tis",
+                "icepop": "icepop",
+                "seq_mask": "seq-mask-tis",
+            }[kind],
         }
 
     def _is_weights(

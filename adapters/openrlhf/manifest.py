@@ -78,28 +78,38 @@ BINDINGS: dict[str, dict[str, object]] = {
         "path": "PPOTrainer: kl_ctl.update after each step",
     },
     "advantage_gae": {
-        "functions": [f"{_MAKER}.compute_advantages_and_returns",
-                      f"{_MAKER}.get_advantages_and_returns"],
+        "functions": [
+            f"{_MAKER}.compute_advantages_and_returns",
+            f"{_MAKER}.get_advantages_and_returns",
+        ],
         "path": f"{_ADV_PATH} (estimator gae)",
     },
     "advantage_reinforce_pp": {
-        "functions": [f"{_MAKER}.compute_advantages_and_returns",
-                      f"{_MAKER}.get_cumulative_returns"],
+        "functions": [
+            f"{_MAKER}.compute_advantages_and_returns",
+            f"{_MAKER}.get_cumulative_returns",
+        ],
         "path": f"{_ADV_PATH} (estimator reinforce)",
     },
     "advantage_reinforce_pp_baseline": {
-        "functions": [f"{_MAKER}.compute_advantages_and_returns",
-                      f"{_MAKER}.get_cumulative_returns"],
+        "functions": [
+            f"{_MAKER}.compute_advantages_and_returns",
+            f"{_MAKER}.get_cumulative_returns",
+        ],
         "path": f"{_ADV_PATH} (estimator reinforce_baseline)",
     },
     "advantage_grpo": {
-        "functions": [f"{_MAKER}.compute_advantages_and_returns",
-                      f"{_MAKER}.get_cumulative_returns"],
+        "functions": [
+            f"{_MAKER}.compute_advantages_and_returns",
+            f"{_MAKER}.get_cumulative_returns",
+        ],
         "path": f"{_ADV_PATH} (estimator group_norm; dr_grpo without std)",
     },
     "advantage_rloo": {
-        "functions": [f"{_MAKER}.compute_advantages_and_returns",
-                      f"{_MAKER}.get_cumulative_returns"],
+        "functions": [
+            f"{_MAKER}.compute_advantages_and_returns",
+            f"{_MAKER}.get_cumulative_returns",
+        ],
         "path": f"{_ADV_PATH} (estimator rloo)",
     },
     "ppo_clip_loss": {

@@ -219,7 +219,9 @@ def _source_version(root: Path) -> str | None:
                 return text.lstrip("v")
     setup = root / "setup.py"
     if setup.is_file():
-        found = re.search(r"version\s*=\s*[\"']([0-9][^\"']*)[\"']", setup.read_text(errors="replace"))
+        found = re.search(
+            r"version\s*=\s*[\"']([0-9][^\"']*)[\"']", setup.read_text(errors="replace")
+        )
         if found:
             return found.group(1)
     return None

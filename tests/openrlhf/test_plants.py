@@ -54,8 +54,9 @@ def _broken_reward_last_column(r, kl_coef, kl, action_mask=None, reward_clip_ran
     return out - max(kl_coef, 0.0) * kl
 
 
-def _broken_token_mean_over_padding(loss, loss_mask, token_level_loss=True, dp_size=1,
-                                    batch_num_tokens=None, global_batch_size=None):
+def _broken_token_mean_over_padding(
+    loss, loss_mask, token_level_loss=True, dp_size=1, batch_num_tokens=None, global_batch_size=None
+):
     """aggregate_loss whose token mean divides by every element of the padded tensor."""
     keep = loss_mask.bool()
     total = torch.where(keep, loss, torch.zeros_like(loss)).sum()
@@ -72,8 +73,9 @@ class _UnclippedAdaptiveKL:
         self.value *= 1 + (current / self.target - 1) * n_steps / self.horizon
 
 
-def _broken_k3_sign(log_probs, log_probs_base, log_probs_old=None, kl_estimator="k1",
-                    unbiased_gradient=False):
+def _broken_k3_sign(
+    log_probs, log_probs_base, log_probs_old=None, kl_estimator="k1", unbiased_gradient=False
+):
     """compute_approx_kl whose k3 uses logp - ref where ref - logp belongs."""
     x = log_probs.float() - log_probs_base.float()
     if kl_estimator == "k3":

@@ -154,8 +154,9 @@ def test_sequence_mask_keeps_the_token_ratio(orl):
     old, rollout, mask = t([[0.0, 0.0]]), t([[0.0, -1.0]]), torch.tensor([[1, 1]])
     got = orl.is_correction_weights(old, rollout, mask, "sequence_mask", None, 3.0)
     assert got.tolist()[0] == pytest.approx([1.0, math.e])
-    profile = types.SimpleNamespace(get=lambda key, default=None: "mean" if key ==
-                                    "is_sequence_log_ratio" else default)
+    profile = types.SimpleNamespace(
+        get=lambda key, default=None: "mean" if key == "is_sequence_log_ratio" else default
+    )
     ref = TorchRef()
     ref.profile = profile
     want = ref.is_correction_weights(old, rollout, mask, "sequence_mask", None, 3.0)

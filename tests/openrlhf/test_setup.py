@@ -44,10 +44,20 @@ def test_unsupported_release_exits_2_naming_the_range(tmp_path):
     with pytest.raises(SetupError, match=r"0\.9\.10 is not supported .*0\.10\.3 to 0\.11\.2"):
         load_target("openrlhf", framework_path=str(root))
     done = subprocess.run(
-        [sys.executable, "-c", "from rlconform.conformance.cli import entry; entry()",
-         "certify", "openrlhf",
-         "--framework-path", str(root), "--only", "kl.estimators"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "from rlconform.conformance.cli import entry; entry()",
+            "certify",
+            "openrlhf",
+            "--framework-path",
+            str(root),
+            "--only",
+            "kl.estimators",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2, done.stderr
     assert "0.10.3 to 0.11.2" in done.stderr + done.stdout

@@ -113,8 +113,12 @@ def test_per_token_loss_capture_restores_aggregate_loss(standin):
     real = module.aggregate_loss
     old = torch.tensor([[-1.0, -2.0]])
     loss, metrics = standin.ppo_clip_loss(
-        old, old + 0.5, torch.tensor([[1.0, -1.0]]), torch.tensor([[1, 1]]),
-        clip_ratio_low=0.2, clip_ratio_high=0.2,
+        old,
+        old + 0.5,
+        torch.tensor([[1.0, -1.0]]),
+        torch.tensor([[1, 1]]),
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.2,
     )
     assert loss.shape == (1, 2) and module.aggregate_loss is real
     assert float(metrics["clipfrac"]) == 0.5  # ratio e^0.5: A = 1 clipped, A = -1 not

@@ -5,8 +5,16 @@ from __future__ import annotations
 import torch
 
 
-def get_loss_batch_info(strategy, loss_mask, *, replay_buffer=None, step=None,
-                        dynamic_batch=False, batch_num_tokens=None, global_batch_size=None):
+def get_loss_batch_info(
+    strategy,
+    loss_mask,
+    *,
+    replay_buffer=None,
+    step=None,
+    dynamic_batch=False,
+    batch_num_tokens=None,
+    global_batch_size=None,
+):
     mask = loss_mask.bool()
     return {
         "dp_size": 1,

@@ -28,7 +28,10 @@ class RemoteExperienceMaker:
                 rewards = compute_reward(exp.rewards, self.kl_ctl.value, exp.kl, exp.action_mask)
                 if estimator == "gae":
                     exp.advantages, exp.returns = _REF.advantage_gae(
-                        rewards, exp.values, mask, args.algo.advantage.gamma,
+                        rewards,
+                        exp.values,
+                        mask,
+                        args.algo.advantage.gamma,
                         args.algo.advantage.lambd,
                     )
                 else:
