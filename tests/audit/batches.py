@@ -1,0 +1,95 @@
+"""Recorded batches for the audit tests, their derived fields computed by torchref.
+
+``grpo_step`` is one GRPO step as verl records it (B samples in groups, left-padded
+prompts, right-padded responses with tool-observation holes, the score at L_i - 1, KL in
+the reward, advantages, per-token losses and their token-mean aggregate). Its derived
+fields come from torchref (the contract's torch implementation), so the batch is clean;
+tests break one field to make a violation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlconform.adapters.torchref import TorchRef
+
+KL_COEF = 0.05
+
+
+def grpo_step(
+    groups: int = 3,
+    per_group: int = 4,
+    prompt_width: int = 5,
+    width: int = 12,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Any]:
+    """A clean GRPO step: tensors, non-tensors, config and metrics in one dict."""
+    gen = torch.Generator().manual_seed(seed)
+    size = groups * per_group
+    ref = TorchRef()
+    prompt_lengths = torch.randint(1, prompt_width + 1, (size,), generator=gen)
+    lengths = torch.randint(2, width + 1, (size,), generator=gen)
+    lengths[0] = width
+    columns = torch.arange(width).unsqueeze(0)
+    response = columns < lengths.unsqueeze(1)
+    holes = (torch.rand(size, width, generator=gen) < 0.15) & response
+    holes[:, 0] = False
+    # tool observations inside the responses, none at the end (the score sits on an action)
+    holes[torch.arange(size), lengths - 1] = False
+    response_mask = (response & ~holes).to(torch.int64)
+    prompt_columns = torch.arange(prompt_width).unsqueeze(0)
+    prompt_mask = prompt_columns >= (prompt_width - prompt_lengths).unsqueeze(1)
+    attention_mask = torch.cat([prompt_mask, response], dim=1).to(torch.int64)
+    prompts = torch.randint(3, 100, (size, prompt_width), generator=gen) * prompt_mask
+    responses = torch.randint(3, 100, (size, width), generator=gen) * response
+    old = (-torch.rand(size, width, generator=gen) * 3).to(dtype)
+    refl = (old - 0.3 * torch.randn(size, width, generator=gen)).to(dtype)
+    rollout = (old + 0.05 * torch.randn(size, width, generator=gen)).to(dtype)
+    scores = torch.randint(0, 2, (size,), generator=gen).to(dtype)
+    scores[1] = 0.5
+    uid = [f"prompt-{i // per_group}" for i in range(size)]
+    sample_id = [f"p{i // per_group}-s{i % per_group}" for i in range(size)]
+    # verl places the score at L_i - 1 (tool tokens counted): the attention span.
+    token_level_scores = ref.place_reward_last(scores, response.to(torch.int64), response_mask)
+    token_level_rewards, kl_metric = ref.apply_kl_in_reward(
+        token_level_scores, old, refl, response_mask, KL_COEF, "kl"
+    )
+    advantages, returns = ref.advantage_grpo(token_level_rewards, response_mask, uid)
+    pg_losses = (torch.randn(size, width, generator=gen) * response_mask).to(dtype)
+    pg_loss = ref.agg_loss(pg_losses, response_mask, "token-mean")
+    gap = ref.logprob_gap(old, rollout, response_mask)
+    return {
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": attention_mask,
+        "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0),
+        "response_mask": response_mask,
+        "token_level_scores": token_level_scores,
+        "token_level_rewards": token_level_rewards,
+        "old_log_probs": old,
+        "ref_log_prob": refl,
+        "rollout_log_probs": rollout,
+        "values": torch.randn(size, width, generator=gen).to(dtype),
+        "advantages": advantages,
+        "returns": returns,
+        "pg_losses": pg_losses,
+        "pg_loss": pg_loss,
+        "uid": uid,
+        "sample_id": sample_id,
+        "config": {
+            "adv_estimator": "grpo",
+            "norm_adv_by_std_in_grpo": True,
+            "use_kl_in_reward": True,
+            "kl_penalty": "kl",
+            "kl_coef": KL_COEF,
+            "loss_agg_mode": "token-mean",
+        },
+        "metrics": {
+            "actor/reward_kl_penalty": float(kl_metric),
+            "train_rollout_logprob_abs_diff": float(gap),
+        },
+    }
