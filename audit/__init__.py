@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from rlconform.audit.batch import build
 from rlconform.audit.clauses import AUDITS
 from rlconform.audit.config import PROFILES, get_profile, parse_config, read_config_file
@@ -53,8 +55,26 @@ def audit(
 
     ``config`` (a mapping or a JSON/TOML/YAML file) is merged over the recorded ``config``.
     ``progress(done, total)`` is called as samples are checked. Raises ``AuditInputError``
-    (one line) for an unreadable or unsupported input.
+    (one line) for an unreadable or unsupported input. Runs torch on one thread (restored
+    after): the work is interpreter-bound, and intra-op threads on a busy machine only
+    contend.
     """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _audit(source, profile, config, fail_on, allow_unsafe_pickle, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _audit(
+    source: Any,
+    profile: str,
+    config: Mapping[str, Any] | str | Path | None,
+    fail_on: str,
+    allow_unsafe_pickle: bool,
+    progress: Callable[[int, int], None] | None,
+) -> AuditReport:
     started = time.perf_counter()
     chosen = get_profile(profile)
     recorded = _recorded(source, allow_unsafe_pickle)

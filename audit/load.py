@@ -24,6 +24,7 @@ import dataclasses
 import json
 import math
 import re
+import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -114,18 +115,28 @@ def _unpickle_reason(exc: BaseException) -> str:
 
 
 def _load_torch(path: Path, allow_unsafe_pickle: bool) -> Recorded:
+    with path.open("rb") as handle:
+        header = handle.read(4)
     is_zip = zipfile.is_zipfile(path)
+    if not is_zip:
+        if header.startswith(b"PK"):
+            raise AuditInputError(
+                f"{path}: unreadable (truncated or corrupt torch.save file: no zip directory)"
+            )
+        if not (header[:1] == b"\x80" and header[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05")):
+            raise AuditInputError(
+                f"{path}: unreadable (not a torch.save file, .safetensors, .npz or memmap folder)"
+            )
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=is_zip)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=is_zip)
     except Exception as exc:
-        if _is_unpickling_refusal(exc):
-            if not allow_unsafe_pickle:
-                raise AuditInputError(
-                    _REFUSED.format(path=path, why=_unpickle_reason(exc))
-                ) from None
-            obj = _load_torch_unsafe(path)
-        else:
-            raise AuditInputError(_unreadable(path, exc, is_zip)) from None
+        if not _is_unpickling_refusal(exc):
+            raise AuditInputError(_unreadable(path, exc)) from None
+        if not allow_unsafe_pickle:
+            raise AuditInputError(_REFUSED.format(path=path, why=_unpickle_reason(exc))) from None
+        obj = _load_torch_unsafe(path)
     return _from_object(path, "torch.save", obj)
 
 
@@ -139,16 +150,14 @@ def _load_torch_unsafe(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:
-        raise AuditInputError(_unreadable(path, exc, zipfile.is_zipfile(path))) from None
+        raise AuditInputError(_unreadable(path, exc)) from None
 
 
-def _unreadable(path: Path, exc: BaseException, is_zip: bool) -> str:
+def _unreadable(path: Path, exc: BaseException) -> str:
     first = (str(exc).splitlines() or [""])[0][:160]
-    if not is_zip and "magic number" not in first:
-        what = "not a torch.save file, safetensors (.safetensors), .npz or memmap folder"
-    else:
-        what = "truncated or corrupt torch.save file"
-    return f"{path}: unreadable ({what}): {type(exc).__name__}: {first}"
+    return (
+        f"{path}: unreadable (truncated or corrupt torch.save file): {type(exc).__name__}: {first}"
+    )
 
 
 # ---------------------------------------------------------------------------------------

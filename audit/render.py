@@ -10,33 +10,33 @@ from rlconform.audit.results import AuditReport, ClauseAudit, Violation
 _MARK = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP", "error": "ERROR"}
 
 
-def _features(v: Violation) -> str:
-    return ", ".join(sorted(v.features)) or "none"
-
-
-def _violation_line(v: Violation) -> str:
-    return f"{v.sample}: {v.describe()}  · features: {_features(v)} · {v.severity}"
+def _sample_lines(found: list[Violation], prefix: str = "") -> list[str]:
+    """A violating sample: its name, features and severity, then one line per check."""
+    first = found[0]
+    features = ", ".join(sorted(first.features)) or "none"
+    lines = [f"        - {prefix}{first.sample} · features: {features} · {first.severity}"]
+    lines += [f"            {v.describe()}" for v in found]
+    return lines
 
 
 def _clause_lines(c: ClauseAudit, max_report: int) -> list[str]:
     head = f"  {_MARK[c.status]:<5} {c.clause:<32}"
-    counted = c.counted
+    samples = c.by_sample()
     if c.status == "fail":
-        samples = len({v.row for v in counted})
-        head += f" [{c.severity}] {samples} violating sample(s) of {c.samples}"
+        head += f" [{c.severity}] {len(samples)} violating sample(s) of {c.samples}"
     elif c.status == "pass" and c.samples:
         head += f" {c.samples} samples"
-    lines = [head]
+    lines = [head.rstrip()]
     if c.detail:
         lines.append(f"        {c.detail}")
-    for v in counted[:max_report]:
-        lines.append(f"        - {_violation_line(v)}")
-    if len(counted) > max_report:
-        lines.append(f"        ... {len(counted) - max_report} more violation(s) (--max-report)")
+    for found in samples[:max_report]:
+        lines.extend(_sample_lines(found))
+    if len(samples) > max_report:
+        lines.append(f"        ... {len(samples) - max_report} more sample(s) (--max-report)")
     for w in c.warnings:
         lines.append(f"        warning: {w}")
-    for v in [v for v in c.violations if v.split_group][:max_report]:
-        lines.append(f"        warning (split group) - {_violation_line(v)}")
+    for found in c.by_sample(split_group=True)[:max_report]:
+        lines.extend(_sample_lines(found, prefix="(split group, warning) "))
     return lines
 
 
@@ -99,8 +99,11 @@ def markdown(report: AuditReport, max_report: int) -> str:
         if not c.counted:
             continue
         lines += ["", f"## `{c.clause}` ({c.severity})", ""]
-        for v in c.counted[:max_report]:
-            lines.append(f"- {_violation_line(v).replace('|', '/')}")
+        for found in c.by_sample()[:max_report]:
+            first = found[0]
+            features = ", ".join(sorted(first.features)) or "none"
+            lines.append(f"- {first.sample} (features: {features}; {first.severity})")
+            lines += [f"  - {v.describe().replace('|', '/')}" for v in found]
     for note in report.notes:
         lines += ["", f"> note: {note}"]
     return "\n".join(lines) + "\n"

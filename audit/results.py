@@ -95,6 +95,15 @@ class ClauseAudit:
     def counted(self) -> list[Violation]:
         return [v for v in self.violations if not v.split_group]
 
+    def by_sample(self, split_group: bool = False) -> list[list[Violation]]:
+        """The violations grouped by sample, the batch first, then by row."""
+        groups: dict[int | None, list[Violation]] = {}
+        for v in self.violations:
+            if v.split_group == split_group:
+                groups.setdefault(v.row, []).append(v)
+        order = sorted(groups, key=lambda row: -1 if row is None else row)
+        return [groups[row] for row in order]
+
     @property
     def severity(self) -> str | None:
         """The mildest domain of any violating sample (CONTRACT §0a), None when clean."""
@@ -111,12 +120,24 @@ class ClauseAudit:
             "samples": self.samples,
             "severity": self.severity,
             "violating_samples": len({v.row for v in self.counted}),
-            "violations": [v.as_dict() for v in self.counted[:max_report]],
-            "split_group_warnings": [v.as_dict() for v in self.violations if v.split_group][
-                :max_report
+            "violations": [_sample_dict(found) for found in self.by_sample()[:max_report]],
+            "split_group_warnings": [
+                _sample_dict(found) for found in self.by_sample(split_group=True)[:max_report]
             ],
             "warnings": list(self.warnings),
         }
+
+
+def _sample_dict(found: list[Violation]) -> dict[str, Any]:
+    """One violating sample: where, its features and severity, and each failed check."""
+    first = found[0]
+    return {
+        "row": first.row,
+        "sample": first.sample,
+        "features": sorted(first.features),
+        "severity": first.severity,
+        "checks": [v.as_dict() for v in found],
+    }
 
 
 @dataclasses.dataclass

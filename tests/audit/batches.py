@@ -54,14 +54,8 @@ def grpo_step(
     sample_id = [f"p{i // per_group}-s{i % per_group}" for i in range(size)]
     # verl places the score at L_i - 1 (tool tokens counted): the attention span.
     token_level_scores = ref.place_reward_last(scores, response.to(torch.int64), response_mask)
-    token_level_rewards, kl_metric = ref.apply_kl_in_reward(
-        token_level_scores, old, refl, response_mask, KL_COEF, "kl"
-    )
-    advantages, returns = ref.advantage_grpo(token_level_rewards, response_mask, uid)
     pg_losses = (torch.randn(size, width, generator=gen) * response_mask).to(dtype)
-    pg_loss = ref.agg_loss(pg_losses, response_mask, "token-mean")
-    gap = ref.logprob_gap(old, rollout, response_mask)
-    return {
+    step = {
         "prompts": prompts,
         "responses": responses,
         "input_ids": torch.cat([prompts, responses], dim=1),
@@ -69,15 +63,11 @@ def grpo_step(
         "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0),
         "response_mask": response_mask,
         "token_level_scores": token_level_scores,
-        "token_level_rewards": token_level_rewards,
         "old_log_probs": old,
         "ref_log_prob": refl,
         "rollout_log_probs": rollout,
         "values": torch.randn(size, width, generator=gen).to(dtype),
-        "advantages": advantages,
-        "returns": returns,
         "pg_losses": pg_losses,
-        "pg_loss": pg_loss,
         "uid": uid,
         "sample_id": sample_id,
         "config": {
@@ -88,8 +78,30 @@ def grpo_step(
             "kl_coef": KL_COEF,
             "loss_agg_mode": "token-mean",
         },
-        "metrics": {
-            "actor/reward_kl_penalty": float(kl_metric),
-            "train_rollout_logprob_abs_diff": float(gap),
-        },
     }
+    return derive(step)
+
+
+def derive(step: dict[str, Any]) -> dict[str, Any]:
+    """The fields derived from ``token_level_scores`` on, recomputed by torchref (a copy)."""
+    ref = TorchRef()
+    step = dict(step)
+    mask = step["response_mask"]
+    rewards, kl_metric = ref.apply_kl_in_reward(
+        step["token_level_scores"], step["old_log_probs"], step["ref_log_prob"], mask, KL_COEF, "kl"
+    )
+    advantages, returns = ref.advantage_grpo(rewards, mask, step["uid"])
+    gap = ref.logprob_gap(step["old_log_probs"], step["rollout_log_probs"], mask)
+    step.update(
+        {
+            "token_level_rewards": rewards,
+            "advantages": advantages,
+            "returns": returns,
+            "pg_loss": ref.agg_loss(step["pg_losses"], mask, "token-mean"),
+            "metrics": {
+                "actor/reward_kl_penalty": float(kl_metric),
+                "train_rollout_logprob_abs_diff": float(gap),
+            },
+        }
+    )
+    return step
