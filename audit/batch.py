@@ -22,6 +22,7 @@ problem is an ``AuditInputError`` naming the key and, where there is one, the sa
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from typing import Any
@@ -49,6 +50,17 @@ SAMPLE_FLOATS = ("reward_baselines", "bootstrap_value", "scores")
 SAMPLE_FLAGS = ("terminated", "truncated")
 SCALARS = ("pg_loss", "loss")
 SEQUENCE_KEYS = ("attention_mask", "input_ids", "position_ids")
+KNOWN = frozenset(
+    {
+        *TOKEN_FLOATS,
+        *SAMPLE_FLOATS,
+        *SAMPLE_FLAGS,
+        *SEQUENCE_KEYS,
+        "prompts",
+        "responses",
+        "response_mask",
+    }
+)
 ALIASES = {"rm_scores": "token_level_scores", "ref_log_probs": "ref_log_prob", "score": "scores"}
 # Keys verl (or a trainer) commonly carries that no audited clause reads.
 NOT_READ = frozenset(
@@ -195,6 +207,19 @@ def _canonical(recorded: Recorded) -> tuple[dict[str, torch.Tensor], dict[str, A
     return tensors, values
 
 
+def _common_size(fields: dict[str, torch.Tensor]) -> int:
+    """B: the row count most keys agree on; a key that disagrees is named."""
+    sizes = collections.Counter(int(t.shape[0]) for t in fields.values())
+    size = sizes.most_common(1)[0][0]
+    for key, tensor in fields.items():
+        if tensor.shape[0] != size:
+            raise AuditInputError(
+                f"{key!r} has {tensor.shape[0]} rows, the other keys {size}: every key needs "
+                "one row per sample"
+            )
+    return size
+
+
 def _width(tensors: dict[str, torch.Tensor]) -> tuple[int, str]:
     for key in ("response_mask", "responses", *TOKEN_FLOATS):
         if key in tensors:
@@ -212,8 +237,6 @@ def build(recorded: Recorded, config: AuditConfig, notes: list[str]) -> AuditBat
     """Validate ``recorded`` and derive L_i and the action mask (see the module docstring)."""
     tensors, values = _canonical(recorded)
     width, width_key = _width(tensors)
-    size = None
-    size_key = ""
     fields: dict[str, torch.Tensor] = {}
     scalars: dict[str, torch.Tensor] = {}
     ignored: list[str] = []
@@ -226,32 +249,13 @@ def build(recorded: Recorded, config: AuditConfig, notes: list[str]) -> AuditBat
             _check_floating(key, tensor)
             scalars[key] = tensor.reshape(())
             continue
-        if (
-            key
-            not in (
-                *TOKEN_FLOATS,
-                *SAMPLE_FLOATS,
-                *SAMPLE_FLAGS,
-                *SEQUENCE_KEYS,
-                "prompts",
-                "responses",
-                "response_mask",
-            )
-            and key not in config.gdpo_reward_keys
-        ):
+        if key not in KNOWN and key not in config.gdpo_reward_keys:
             ignored.append(key)
             continue
         if tensor.dim() == 0:
             raise AuditInputError(f"{key!r}: a scalar where one row per sample is expected")
-        if size is None:
-            size, size_key = int(tensor.shape[0]), key
-        elif tensor.shape[0] != size:
-            raise AuditInputError(
-                f"{key!r} has {tensor.shape[0]} rows but {size_key!r} has {size}: every key needs "
-                "one row per sample"
-            )
         fields[key] = tensor
-    assert size is not None  # _width found a per-token key
+    size = _common_size(fields)
     if size == 0:
         raise AuditInputError("the batch has 0 samples: nothing to audit")
     for key in (*TOKEN_FLOATS, "responses", "response_mask"):

@@ -95,7 +95,7 @@ def audit_layout(batch: AuditBatch, profile: Profile, progress: Progress) -> lis
     masks.samples = pad.samples = batch.size
     for i, row in enumerate(attention.to(torch.int8).tolist()):
         try:
-            mask_oracle.response_mask_from_attention(row, batch.width, uid=batch.name(i))
+            mask_oracle.response_mask_from_attention(row, batch.width)
         except ContractError as reason:
             masks.add([_note(masks.clause, "layout", i, batch, "attention_mask", reason, features)])
     if "response_mask" in batch.fields:

@@ -262,7 +262,7 @@ def _load_npz(path: Path, allow_unsafe_pickle: bool) -> Recorded:
             if key == META_KEY:
                 meta = _npz_meta(path, array)
             elif array.dtype.kind in "biuf":
-                tensors[key] = torch.from_numpy(np.ascontiguousarray(array))
+                tensors[key] = torch.from_numpy(np.array(array))
             elif array.dtype.kind in "UO":
                 values[key] = array.tolist()
             else:
