@@ -102,8 +102,9 @@ def _audit(
         done = (step + 1) * batch.size
         if progress is not None:
             progress(done, total)
-    keys = sorted(batch.fields) + sorted(batch.scalars)
-    keys += [k for k in ("uid", "sample_id") if getattr(batch, _ATTR[k]) is not None]
+    keys = sorted(batch.fields) + sorted(batch.scalars) + sorted(batch.per_sample)
+    keys += ["uid"] if batch.groups is not None else []
+    keys += ["sample_id"] if batch.sample_ids is not None else []
     return AuditReport(
         source=recorded.source,
         container=recorded.container,
@@ -119,6 +120,3 @@ def _audit(
         seconds=time.perf_counter() - started,
         fail_on=fail_on,
     )
-
-
-_ATTR = {"uid": "groups", "sample_id": "sample_ids"}

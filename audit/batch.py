@@ -62,31 +62,6 @@ KNOWN = frozenset(
     }
 )
 ALIASES = {"rm_scores": "token_level_scores", "ref_log_probs": "ref_log_prob", "score": "scores"}
-# Keys verl (or a trainer) commonly carries that no audited clause reads.
-NOT_READ = frozenset(
-    {
-        "data_source",
-        "raw_prompt",
-        "raw_prompt_ids",
-        "multi_modal_inputs",
-        "multi_modal_data",
-        "index",
-        "tools_kwargs",
-        "interaction_kwargs",
-        "reward_model",
-        "extra_info",
-        "ability",
-        "__num_turns__",
-        "tool_call_counts",
-        "request_id",
-        "acc",
-        "pred",
-        "log_probs",
-        "entropys",
-        "response_length",
-        "prompt_length",
-    }
-)
 
 
 @dataclasses.dataclass
@@ -112,10 +87,11 @@ class AuditBatch:
     notes: list[str]
 
     def name(self, i: int) -> str:
-        """How a report names sample i: its recorded id, else its row."""
+        """How a report names sample i: its recorded id (else its row), and its group."""
+        group = f", group {self.groups[i]!r}" if self.groups is not None else ""
         if self.sample_ids is not None:
-            return f"{self.sample_ids[i]!r} (row {i})"
-        return f"row {i}"
+            return f"{self.sample_ids[i]!r} (row {i}{group})"
+        return f"row {i}" + (f" (group {self.groups[i]!r})" if self.groups is not None else "")
 
     def has(self, *keys: str) -> bool:
         return all(k in self.fields for k in keys)

@@ -599,12 +599,16 @@ def audit_advantages(batch: AuditBatch, profile: Profile, progress: Progress) ->
     clause_id = config.estimator
     outputs = [k for k in ("advantages", "returns") if k in batch.fields]
     if clause_id is None:
+        if not outputs:
+            return []
         why = (
             f"adv_estimator {config.estimator_name!r} has no contract clause"
             if config.estimator_name
             else "config names no adv_estimator"
         )
-        return [ClauseAudit("adv.*", "skip", why)] if outputs else []
+        invariants = ClauseAudit("adv.invariants")
+        _zero_off_actions(batch, None, outputs, invariants, progress)
+        return [ClauseAudit("adv.*", "skip", why), invariants]
     result = ClauseAudit(clause_id)
     invariants = ClauseAudit("adv.invariants")
     if not outputs:
@@ -766,15 +770,14 @@ def _mark_split_groups(batch: AuditBatch, result: ClauseAudit) -> None:
 
 def _zero_off_actions(
     batch: AuditBatch,
-    clause_id: str,
+    clause_id: str | None,
     outputs: list[str],
     invariants: ClauseAudit,
     progress: Progress,
     features: list[frozenset[str]] | None = None,
 ) -> None:
-    estimator = clause_id.split(".", 1)[1]
     features = features if features is not None else sample_features(batch)
-    check = f"{estimator}_zero_off_actions"
+    check = f"{clause_id.split('.', 1)[1]}_zero_off_actions" if clause_id else "zero_off_actions"
     invariants.detail = f"{', '.join(outputs)} exactly 0 at mask-0 positions (holes, padding)"
     off = ~batch.action
     for name in outputs:

@@ -21,11 +21,8 @@ from rlconform.conformance.features import (
     NEAR_EQUAL,
     OVERFLOW,
     OVERFLOW_LOGPROB,
-    domain_of_features,
 )
 from rlconform.oracle.advantage import group_members
-
-__all__ = ["domain_of_features", "sample_features", "batch_features"]
 
 
 def _rows_with(flags: torch.Tensor) -> list[bool]:

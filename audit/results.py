@@ -38,21 +38,21 @@ class Violation:
         return domain_of_features(self.features)
 
     def describe(self) -> str:
-        """One line: where, what, expected vs recorded."""
-        where = f"token {self.token}: " if self.token is not None else ""
+        """One line: the check, where, expected vs recorded (6 significant digits)."""
+        what = self.what if self.what == self.check else f"{self.check}: {self.what}"
+        where = f" t={self.token}" if self.token is not None else ""
         if self.expected is None:
             values = self.note
         else:
-            values = f"expected {self.expected!r}, recorded {self.recorded!r}"
-            if self.allowed is not None:
-                diff = abs(self.expected - self.recorded) if self.recorded is not None else None
-                values += (
-                    f" (|diff| {diff:.3g} > allowed {self.allowed:.3g})" if diff == diff else ""
-                )
+            values = f"expected {self.expected:.6g}, recorded {self.recorded:.6g}"
+            if self.allowed is not None and self.recorded is not None:
+                diff = abs(self.expected - self.recorded)
+                if diff == diff:
+                    values += f" (|diff| {diff:.3g} > allowed {self.allowed:.3g})"
             if self.note:
                 values += f"; {self.note}"
         count = f" [{self.mismatched} of {self.positions} positions]" if self.positions > 1 else ""
-        return f"{self.check}: {self.what} {where}{values}{count}"
+        return f"{what}{where}: {values}{count}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -96,13 +96,18 @@ class ClauseAudit:
         return [v for v in self.violations if not v.split_group]
 
     def by_sample(self, split_group: bool = False) -> list[list[Violation]]:
-        """The violations grouped by sample, the batch first, then by row."""
+        """The violations grouped by sample: the most ordinary samples first (nominal, then
+        edge, then hardening: the ones that change training numbers in normal runs), the
+        batch before rows, then by row."""
         groups: dict[int | None, list[Violation]] = {}
         for v in self.violations:
             if v.split_group == split_group:
                 groups.setdefault(v.row, []).append(v)
-        order = sorted(groups, key=lambda row: -1 if row is None else row)
-        return [groups[row] for row in order]
+
+        def order(row: int | None) -> tuple[int, int]:
+            return domain_rank(groups[row][0].severity), -1 if row is None else row
+
+        return [groups[row] for row in sorted(groups, key=order)]
 
     @property
     def severity(self) -> str | None:

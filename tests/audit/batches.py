@@ -9,13 +9,22 @@ tests break one field to make a violation.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
+import pytest
 import torch
 
 from rlconform.adapters.torchref import TorchRef
 
 KL_COEF = 0.05
+
+# safetensors is optional (verl brings it); without it those containers' tests skip.
+SAFETENSORS = importlib.util.find_spec("safetensors") is not None
+needs_safetensors = pytest.mark.skipif(
+    not SAFETENSORS, reason="safetensors is not installed (pip install safetensors)"
+)
+SUFFIXES = [pytest.param(".safetensors", marks=needs_safetensors), ".npz", ".pt"]
 
 
 def grpo_step(

@@ -19,7 +19,7 @@ import torch
 
 from rlconform.audit import record
 from rlconform.conformance.cli import main
-from tests.audit.batches import derive, grpo_step
+from tests.audit.batches import SUFFIXES, derive, grpo_step
 
 PROMPT_WIDTH = 5
 
@@ -39,7 +39,7 @@ def _one_line_error(capsys) -> str:
 
 
 def test_clean_recorded_batch_exits_0(tmp_path, capsys):
-    path = _record(grpo_step(), tmp_path / "step.safetensors")
+    path = _record(grpo_step(), tmp_path / "step.npz")
     assert main(["audit", path]) == 0
     out = capsys.readouterr().out
     assert "clean: 8 clause(s) checked" in out
@@ -64,7 +64,7 @@ def test_padding_reward_and_flipped_advantage_exit_1_naming_both(tmp_path, capsy
     assert bool((advantages[flipped] != 0).any())
     advantages[flipped] = -advantages[flipped]
     step["advantages"] = advantages
-    path = _record(step, tmp_path / "step.safetensors")
+    path = _record(step, tmp_path / "step.npz")
     report_path = tmp_path / "report.json"
     assert main(["audit", path, "--json", str(report_path), "--max-report", "20"]) == 1
     out = capsys.readouterr().out
@@ -74,7 +74,8 @@ def test_padding_reward_and_flipped_advantage_exit_1_naming_both(tmp_path, capsy
     placement = failing["reward.place_last"]["violations"]
     assert [v["row"] for v in placement] == [moved]
     assert {v["check"] for v in placement[0]["checks"]} == {"padding_zero", "values"}
-    assert placement[0]["sample"] == f"{step['sample_id'][moved]!r} (row {moved})"
+    name = f"{step['sample_id'][moved]!r} (row {moved}, group {step['uid'][moved]!r})"
+    assert placement[0]["sample"] == name
     # torchref, like verl, sums the whole row, so the misplaced reward entered its group's
     # statistics: the group's advantages break too, graded hardening (padding_rewards);
     # the flipped sample is an ordinary one: nominal, and so is the clause.
@@ -146,7 +147,7 @@ def test_garbage_file_exits_2(tmp_path, capsys):
     assert "unreadable" in _one_line_error(capsys)
 
 
-@pytest.mark.parametrize("suffix", [".safetensors", ".npz", ".pt"])
+@pytest.mark.parametrize("suffix", SUFFIXES)
 def test_truncated_file_exits_2(tmp_path, capsys, suffix):
     path = tmp_path / f"step{suffix}"
     _record(grpo_step(), path)
@@ -161,7 +162,7 @@ VERL = importlib.util.find_spec("verl") is not None
 
 
 @pytest.mark.skipif(not VERL, reason="verl is not installed (pip install -e '.[verl]')")
-@pytest.mark.parametrize("suffix", [".safetensors", ".npz", ".pt"])
+@pytest.mark.parametrize("suffix", SUFFIXES)
 def test_batch_recorded_through_verl_audits_clean(tmp_path, capsys, suffix):
     """verl 0.9.1's own trainer functions make the step: assemble_rm_scores places the
     scores, apply_kl_penalty puts the KL into the reward, compute_advantage (GRPO) writes
