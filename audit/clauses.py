@@ -943,7 +943,7 @@ def _is_weights(
         f"mode {mode}, bounds [{config.rollout_is_threshold_lower}, "
         f"{config.rollout_is_threshold}], sequence_log_ratio {seq}"
     )
-    expected_rows, scale_rows = [], []
+    expected_rows, scale_rows, log_ratios = [], [], []
     for od, ro, m in zip(olds, rollouts, masks):
         weights = offpolicy_oracle.is_correction_weights(
             od,
@@ -953,13 +953,20 @@ def _is_weights(
             clip_min=config.rollout_is_threshold_lower,
             clip_max=config.rollout_is_threshold,
             sequence_log_ratio=seq,
+            log_ratio_clamp=profile.get("is_log_ratio_clamp"),
         )
         expected_rows.append(weights)
         if config.rollout_is == "sequence":
             x = math.fsum(abs(a - b) for a, b, mt in zip(od, ro, m) if mt)
             scale_rows.append([abs(w) * (1.0 + x) for w in weights])
+            total = math.fsum(a - b for a, b, mt in zip(od, ro, m) if mt)
+            log_ratios.append([total] * len(m))
         else:
             scale_rows.append([abs(w) * (1.0 + abs(a - b)) for w, a, b in zip(weights, od, ro)])
+            log_ratios.append([a - b for a, b in zip(od, ro)])
+    positions = batch.action
+    if config.rollout_is_mode == "mask":
+        positions = positions & ~_near_a_bound(batch, compare.padded(batch, log_ratios), config)
     result.add(
         compare.close(
             batch,
@@ -968,7 +975,7 @@ def _is_weights(
             "rollout_is_weights",
             compare.padded(batch, expected_rows),
             batch.fields["rollout_is_weights"],
-            batch.action,
+            positions,
             tolerance=tolerance_for(batch.dtype_of("rollout_is_weights")),
             scale=compare.padded(batch, scale_rows),
             k=16.0,
@@ -976,6 +983,18 @@ def _is_weights(
         )
     )
     return result
+
+
+def _near_a_bound(batch: AuditBatch, log_ratio: torch.Tensor, config: Any) -> torch.Tensor:
+    """Tokens whose ratio lies within rounding of a rejection bound: keeping or rejecting
+    them may go either way in the recorded dtype, so the mask modes do not judge them."""
+    eps = tolerance_for(batch.dtype_of("rollout_is_weights", "old_log_probs")).eps
+    slack = 16.0 * eps * (1.0 + log_ratio.abs())
+    near = torch.zeros_like(log_ratio, dtype=torch.bool)
+    for bound in (config.rollout_is_threshold, config.rollout_is_threshold_lower):
+        if bound is not None and bound > 0:
+            near |= (log_ratio - math.log(bound)).abs() <= slack
+    return near
 
 
 AUDITS = (

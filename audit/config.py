@@ -1,8 +1,8 @@
 """The audit's parameters: the recorded ``config`` mapping (verl names) and the profile.
 
 Only the keys below are read; everything else in a (possibly whole) trainer config is left
-alone. Sections ``algorithm``, ``actor`` and ``rollout`` (and verl's ``kl_ctrl``) are
-flattened into the top level, which wins on a clash. A key with a value of the wrong type,
+alone. Sections ``algorithm``, ``actor`` and ``rollout`` (and ``kl_ctrl``,
+``rollout_correction`` inside them) are flattened into the top level, which wins on a clash. A key with a value of the wrong type,
 or an estimator / mode the contract does not know, is an ``AuditInputError`` (exit 2).
 
 Profiles are the ones the adapters declare (``--profile``), imported without the framework.
@@ -155,6 +155,10 @@ def flatten(raw: Mapping[str, Any]) -> dict[str, Any]:
         value = raw.get(section)
         if isinstance(value, Mapping):
             flat.update(value)
+    correction = flat.get("rollout_correction", raw.get("rollout_correction"))
+    if isinstance(correction, Mapping):
+        for key, value in correction.items():
+            flat.setdefault(key, value)
     kl_ctrl = raw.get("kl_ctrl", flat.get("kl_ctrl"))
     if isinstance(kl_ctrl, Mapping) and "kl_coef" in kl_ctrl:
         flat.setdefault("kl_coef", kl_ctrl["kl_coef"])

@@ -379,3 +379,32 @@ def test_severity_is_the_mildest_domain_of_the_violating_samples():
     gae = _run(step, adv_estimator="gae")["adv.gae"]
     assert gae.severity == "hardening"
     assert all("padding_nonfinite" in v.features for v in gae.counted)
+
+
+# --- offpolicy.is_correction ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["token_truncate", "sequence_truncate", "token_mask"])
+def test_is_weights_clean_and_caught(mode):
+    step = grpo_step()
+    level, _, kind = mode.partition("_")
+    old, rollout, mask = step["old_log_probs"], step["rollout_log_probs"], step["response_mask"]
+    weights = REF.is_correction_weights(old, rollout, mask, mode, 0.5, 1.05)
+    step["rollout_is_weights"] = weights
+    config = {
+        "rollout_is": level,
+        "rollout_is_mode": kind,
+        "rollout_is_threshold": 1.05,
+        "rollout_is_threshold_lower": 0.5,
+    }
+    assert _run(step, **config)["offpolicy.is_correction"].status == "pass"
+    # the ratio the wrong way round (rollout / old)
+    step["rollout_is_weights"] = REF.is_correction_weights(rollout, old, mask, mode, 0.5, 1.05)
+    assert ("offpolicy.is_correction", "weights") in _failed_checks(_run(step, **config))
+
+
+def test_is_weights_without_a_mode_skip():
+    step = grpo_step()
+    step["rollout_is_weights"] = torch.ones_like(step["old_log_probs"])
+    results = _run(step)
+    assert results["offpolicy.is_correction"].status == "skip"
