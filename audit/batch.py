@@ -7,14 +7,15 @@ Keys (CONTRACT §5, verl names; B samples, R response columns, P prompt columns)
   ``(B, R)``: ``responses`` (ids), ``response_mask`` (1 on action tokens; holes for tool
   observations), and the float fields in ``TOKEN_FLOATS``.
 - ``(B,)``: ``reward_baselines``, ``bootstrap_value``, ``scores`` (one scalar reward per
-  sample), ``terminated`` / ``truncated`` (0/1); non-tensor: ``uid`` (group labels),
+  sample), ``terminated`` / ``truncated`` (0/1), ``response_length`` (L_i); non-tensor: ``uid`` (group labels),
   ``sample_id`` (the id violations are reported by), ``score`` (a verl reward extra, read as
   ``scores``), and any per-sample reward components GDPO names.
 - scalars: ``pg_loss`` / ``loss`` (the aggregate of ``pg_losses`` / ``loss_mat``).
 
 L_i is read off the attention mask (the number of columns up to its last 1 in the response
-part, tool observations included, as verl's ``attention_mask[:, P:].sum``); without one,
-off ``response_mask`` (a response that ends in a tool observation then looks shorter).
+part, tool observations included, as verl's ``attention_mask[:, P:].sum``), else from a
+recorded ``response_length``, else off ``response_mask`` (a response that ends in a tool
+observation then looks shorter).
 The action mask is ``response_mask`` restricted to t < L_i (verl's ``compute_response_mask``
 when ``response_mask`` is absent). Shapes, dtypes and mask values are checked here; a
 problem is an ``AuditInputError`` naming the key and, where there is one, the sample.
@@ -48,6 +49,7 @@ TOKEN_FLOATS = (
 )
 SAMPLE_FLOATS = ("reward_baselines", "bootstrap_value", "scores")
 SAMPLE_FLAGS = ("terminated", "truncated")
+SAMPLE_LENGTHS = ("response_length",)
 SCALARS = ("pg_loss", "loss")
 SEQUENCE_KEYS = ("attention_mask", "input_ids", "position_ids")
 KNOWN = frozenset(
@@ -55,13 +57,19 @@ KNOWN = frozenset(
         *TOKEN_FLOATS,
         *SAMPLE_FLOATS,
         *SAMPLE_FLAGS,
+        *SAMPLE_LENGTHS,
         *SEQUENCE_KEYS,
         "prompts",
         "responses",
         "response_mask",
     }
 )
-ALIASES = {"rm_scores": "token_level_scores", "ref_log_probs": "ref_log_prob", "score": "scores"}
+ALIASES = {
+    "rm_scores": "token_level_scores",
+    "ref_log_probs": "ref_log_prob",
+    "score": "scores",
+    "response_lengths": "response_length",
+}
 
 
 @dataclasses.dataclass
@@ -259,19 +267,30 @@ def build(recorded: Recorded, config: AuditConfig, notes: list[str]) -> AuditBat
     response_mask = None
     if "response_mask" in fields:
         response_mask = _check_binary("response_mask", fields["response_mask"])
+    recorded_lengths = _recorded_lengths(fields, width)
     if response_part is not None:
         lengths_from = "attention_mask"
         lengths_tensor = _last_one(response_part)
+        if recorded_lengths is not None and not torch.equal(recorded_lengths, lengths_tensor):
+            row = int((recorded_lengths != lengths_tensor).nonzero()[0])
+            raise AuditInputError(
+                f"'response_length': row {row} says {int(recorded_lengths[row])}, attention_mask "
+                f"says {int(lengths_tensor[row])}"
+            )
+    elif recorded_lengths is not None:
+        lengths_from = "response_length"
+        lengths_tensor = recorded_lengths
     elif response_mask is not None:
         lengths_from = "response_mask"
         lengths_tensor = _last_one(response_mask)
         notes.append(
-            "no attention_mask: L_i ends at the last action token, so a response ending in a "
-            "tool observation is read as shorter"
+            "no attention_mask or response_length: L_i ends at the last action token, so a "
+            "response ending in a tool observation is read as shorter"
         )
     else:
         raise AuditInputError(
-            "neither attention_mask nor response_mask recorded: the response lengths are unknown"
+            "none of attention_mask, response_length, response_mask recorded: the response "
+            "lengths are unknown"
         )
     if "prompts" in fields:
         if fields["prompts"].dim() != 2 or (
@@ -343,6 +362,23 @@ def _attention(
                 "like attention_mask"
             )
     return attention[:, total - width :], total - width
+
+
+def _recorded_lengths(fields: dict[str, torch.Tensor], width: int) -> torch.Tensor | None:
+    """``response_length`` (B,): L_i as recorded (tool tokens included), checked."""
+    if "response_length" not in fields:
+        return None
+    lengths = fields["response_length"]
+    _check_integer("response_length", lengths)
+    if lengths.dim() != 1:
+        raise AuditInputError(f"'response_length': shape {tuple(lengths.shape)}, expected (B,)")
+    bad = (lengths < 0) | (lengths > width)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0])
+        raise AuditInputError(
+            f"'response_length': row {row} is {int(lengths[row])}, outside [0, R = {width}]"
+        )
+    return lengths.to(torch.int64)
 
 
 def _last_one(mask: torch.Tensor) -> torch.Tensor:

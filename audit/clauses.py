@@ -86,8 +86,14 @@ def audit_layout(batch: AuditBatch, profile: Profile, progress: Progress) -> lis
     masks = ClauseAudit("mask.response_from_attention")
     pad = ClauseAudit("layout.pad")
     if "attention_mask" not in batch.fields:
-        masks.status = pad.status = "skip"
-        masks.detail = pad.detail = "no attention_mask recorded"
+        pad.status, pad.detail = "skip", "no attention_mask recorded"
+        if batch.lengths_from != "response_length" or "response_mask" not in batch.fields:
+            masks.status, masks.detail = "skip", "no attention_mask recorded"
+            return [masks, pad]
+        masks.detail = "response_mask 1 only inside the response (L_i from response_length)"
+        masks.samples = batch.size
+        masks.add(_mask_inside(batch, masks.clause, sample_features(batch)))
+        progress(batch.size)
         return [masks, pad]
     features = sample_features(batch)
     attention = batch.fields["attention_mask"]
@@ -100,21 +106,7 @@ def audit_layout(batch: AuditBatch, profile: Profile, progress: Progress) -> lis
             masks.add([_note(masks.clause, "layout", i, batch, "attention_mask", reason, features)])
     if "response_mask" in batch.fields:
         masks.detail = "attention rows conform; response_mask 1 only inside the response"
-        recorded = batch.fields["response_mask"].to(torch.float64)
-        outside = ~batch.response
-        masks.add(
-            compare.exact(
-                batch,
-                masks.clause,
-                "response_mask",
-                "response_mask",
-                torch.zeros_like(recorded),
-                recorded,
-                outside,
-                features=features,
-                note="an action token at padding (t >= L_i)",
-            )
-        )
+        masks.add(_mask_inside(batch, masks.clause, features))
     else:
         masks.detail = "attention rows conform (no response_mask recorded)"
     progress(batch.size)
@@ -125,6 +117,22 @@ def audit_layout(batch: AuditBatch, profile: Profile, progress: Progress) -> lis
     pad.detail, found = pad_checks
     pad.add(found)
     return [masks, pad]
+
+
+def _mask_inside(batch: AuditBatch, clause: str, features: list[frozenset[str]]) -> list[Violation]:
+    """response_mask is 0 at every padding position (t >= L_i)."""
+    recorded = batch.fields["response_mask"].to(torch.float64)
+    return compare.exact(
+        batch,
+        clause,
+        "response_mask",
+        "response_mask",
+        torch.zeros_like(recorded),
+        recorded,
+        ~batch.response,
+        features=features,
+        note="an action token at padding (t >= L_i)",
+    )
 
 
 def _pad_checks(

@@ -361,6 +361,20 @@ CORPUS: list[Any] = [
         "nothing to audit",
     ),
     (
+        "response_length out of range",
+        _recorded(_set("response_length", lambda s: torch.full((12,), 13))),
+        [],
+        2,
+        "'response_length': row 0 is 13, outside [0, R = 12]",
+    ),
+    (
+        "response_length disagrees with attention_mask",
+        _recorded(_set("response_length", lambda s: torch.full((12,), 12))),
+        [],
+        2,
+        "'response_length': row 1 says 12, attention_mask says",
+    ),
+    (
         "no mask",
         _recorded(_drop("attention_mask", "response_mask")),
         [],
@@ -500,5 +514,5 @@ def test_bad_input(tmp_path, capsys, name, write, args, code, fragment):
 
 def test_corpus_size():
     """The README counts this corpus: keep the number there in step."""
-    assert len(CORPUS) == 50
+    assert len(CORPUS) == 52
     assert len({_name(c) for c in CORPUS}) == len(CORPUS)

@@ -408,3 +408,39 @@ def test_is_weights_without_a_mode_skip():
     step["rollout_is_weights"] = torch.ones_like(step["old_log_probs"])
     results = _run(step)
     assert results["offpolicy.is_correction"].status == "skip"
+
+
+# --- L_i without an attention mask ----------------------------------------------------------
+
+
+def _tool_tail(step):
+    """Row 2 ends in a tool observation that carries its reward (as verl places it)."""
+    lengths = _lengths(step)
+    step["response_mask"] = step["response_mask"].clone()
+    step["response_mask"][2, lengths[2] - 1] = 0
+    step.update(derive(step))
+
+
+def test_response_length_stands_in_for_the_attention_mask():
+    """verl's v1 trainer has no attention_mask at the advantage step: L_i comes from the
+    nested response_mask's lengths, recorded as response_length."""
+    step = grpo_step()
+    _tool_tail(step)
+    lengths = _lengths(step)
+    for key in ("attention_mask", "prompts", "input_ids", "position_ids"):
+        step.pop(key)
+    results = _run(dict(step, response_length=lengths))
+    assert {c: r.status for c, r in results.items() if r.status != "skip"} == {
+        "mask.response_from_attention": "pass",
+        "reward.place_last": "pass",
+        "kl.in_reward": "pass",
+        "adv.grpo": "pass",
+        "adv.invariants": "pass",
+        "agg.token_mean": "pass",
+        "offpolicy.logprob_gap": "pass",
+    }
+    # without it, the tool tail looks like padding: the report says so in a note
+    report = audit(dict(step, config=step["config"]))
+    assert any("read as shorter" in note for note in report.notes)
+    placement = next(c for c in report.clauses if c.clause == "reward.place_last")
+    assert [v.row for v in placement.counted] == [2, 2]

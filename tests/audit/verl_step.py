@@ -87,3 +87,29 @@ def verl_grpo_step(estimator: str = "grpo") -> tuple[Any, dict[str, Any], dict[s
     metrics["pg_loss"] = float(pg_loss)
     assert isinstance(pg_loss, torch.Tensor)
     return data, audit_config, metrics
+
+
+V1_FIELDS = (
+    "response_mask",
+    "token_level_scores",
+    "token_level_rewards",
+    "old_log_probs",
+    "ref_log_prob",
+    "rollout_log_probs",
+    "values",
+    "advantages",
+    "returns",
+    "pg_losses",
+)
+
+
+def v1_view(data: Any) -> Any:
+    """What verl's v1 trainer holds at ``_compute_advantage``: no prompts or attention mask
+    (fields fetched from TransferQueue, padded from nested tensors); the response lengths
+    are those of the nested ``response_mask`` (``offsets().diff()``), here from the
+    attention span they were padded from."""
+    from verl import DataProto
+
+    tensors = {k: data.batch[k] for k in V1_FIELDS}
+    tensors["response_length"] = data.batch["attention_mask"][:, PROMPT_WIDTH:].sum(dim=1)
+    return DataProto.from_dict(tensors=tensors, non_tensors=dict(data.non_tensor_batch))
