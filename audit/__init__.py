@@ -18,7 +18,7 @@ import torch
 from rlconform.audit.batch import build
 from rlconform.audit.clauses import AUDITS
 from rlconform.audit.config import PROFILES, get_profile, parse_config, read_config_file
-from rlconform.audit.load import AuditInputError, Recorded, load
+from rlconform.audit.load import AuditInputError, Recorded, from_object, load
 from rlconform.audit.record import record
 from rlconform.audit.results import AuditReport, ClauseAudit, Violation
 from rlconform.oracle.errors import ContractError
@@ -37,9 +37,7 @@ __all__ = [
 def _recorded(source: Any, allow_unsafe_pickle: bool) -> Recorded:
     if isinstance(source, (str, Path)):
         return load(source, allow_unsafe_pickle=allow_unsafe_pickle)
-    from rlconform.audit.load import _from_object
-
-    return _from_object(Path("<in memory>"), "in memory", source)
+    return from_object(Path("<in memory>"), "in memory", source)
 
 
 def audit(

@@ -898,7 +898,7 @@ def audit_offpolicy(batch: AuditBatch, profile: Profile, progress: Progress) -> 
     if metric is None:
         gap_audit.status = "skip"
         gap_audit.detail = (
-            f"no {GAP_METRICS[0]} metric recorded; the oracle's value is {gap!r} ({reduction})"
+            f"no {GAP_METRICS[0]} metric recorded; the oracle's value is {gap:.6g} ({reduction})"
         )
     else:
         gap_audit.detail = f"{metric} ({reduction})"

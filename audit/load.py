@@ -137,7 +137,7 @@ def _load_torch(path: Path, allow_unsafe_pickle: bool) -> Recorded:
         if not allow_unsafe_pickle:
             raise AuditInputError(_REFUSED.format(path=path, why=_unpickle_reason(exc))) from None
         obj = _load_torch_unsafe(path)
-    return _from_object(path, "torch.save", obj)
+    return from_object(path, "torch.save", obj)
 
 
 def _is_unpickling_refusal(exc: BaseException) -> bool:
@@ -362,16 +362,16 @@ def _load_memmap_unsafe(path: Path) -> Recorded:
         td = TensorDict.load_memmap(path)
     except Exception as exc:
         raise AuditInputError(f"{path}: unreadable memmap folder: {exc}") from None
-    return _from_object(path, "memmap", td)
+    return from_object(path, "memmap", td)
 
 
 # ---------------------------------------------------------------------------------------
 # From a loaded object (torch.save payload, or an unsafe load) to a Recorded.
 
 
-def _from_object(path: Path, container: str, obj: Any) -> Recorded:
+def from_object(path: Path, container: str, obj: Any) -> Recorded:
     """Flatten a loaded object: a dict of keys, a DataProto-like dict or object, a TensorDict."""
-    batch, non_tensor, meta = _parts(obj)
+    batch, non_tensor, meta = parts(obj)
     if batch is None:
         raise AuditInputError(
             f"{path}: holds a {type(obj).__name__}, expected a mapping of keys to tensors"
@@ -397,7 +397,7 @@ def _from_object(path: Path, container: str, obj: Any) -> Recorded:
     return Recorded(str(path), container, tensors, values, dict(config), dict(metrics))
 
 
-def _parts(obj: Any) -> tuple[Mapping | None, Mapping, Mapping]:
+def parts(obj: Any) -> tuple[Mapping | None, Mapping, Mapping]:
     """(tensor-ish mapping, non-tensor mapping, meta mapping) of a loaded object."""
     if hasattr(obj, "batch") and hasattr(obj, "non_tensor_batch"):  # a verl DataProto
         batch = _tensordict_items(obj.batch) if obj.batch is not None else {}

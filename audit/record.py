@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlconform.audit.load import FORMAT, META_KEY, AuditInputError, _parts
+from rlconform.audit.load import FORMAT, META_KEY, AuditInputError, parts
 
 SUFFIXES = (".safetensors", ".npz", ".pt")
 
@@ -78,7 +78,7 @@ def _ragged(key: str, rows: list[Any]) -> torch.Tensor:
 
 def _collect(batch: Any) -> tuple[dict[str, torch.Tensor], dict[str, list[Any]], list[str]]:
     """(tensors, per-sample plain values, skipped keys) of a DataProto, TensorDict or dict."""
-    tensor_part, non_tensor, _ = _parts(batch)
+    tensor_part, non_tensor, _ = parts(batch)
     if tensor_part is None:
         raise AuditInputError(
             f"record: expected a DataProto, TensorDict or dict, got {type(batch).__name__}"
