@@ -97,6 +97,16 @@ def _audit(
             clauses.extend(run(batch, chosen, advance))
         except ContractError as reason:
             clauses.append(ClauseAudit(run.__name__.removeprefix("audit_"), "error", str(reason)))
+        except (ValueError, TypeError, RuntimeError, IndexError, KeyError) as exc:
+            # an input this audit does not foresee: that area is unchecked, the rest goes on
+            first = (str(exc).splitlines() or [""])[0]
+            clauses.append(
+                ClauseAudit(
+                    run.__name__.removeprefix("audit_"),
+                    "error",
+                    f"could not be checked: {type(exc).__name__}: {first}",
+                )
+            )
         done = (step + 1) * batch.size
         if progress is not None:
             progress(done, total)

@@ -70,6 +70,11 @@ def run(args: argparse.Namespace) -> int:
         raise AuditInputError(f"audit: {exc}") from None
     except MemoryError:
         raise AuditInputError(f"audit: {args.path}: out of memory while reading") from None
+    except (ValueError, TypeError, RuntimeError, OSError, IndexError, KeyError) as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        raise AuditInputError(
+            f"audit: {args.path}: cannot be audited: {type(exc).__name__}: {first}"
+        ) from None
     print(text(report, args.max_report))
     if args.json_path:
         write_json(report, args.json_path, args.max_report)

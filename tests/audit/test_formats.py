@@ -209,3 +209,17 @@ def test_progress_is_reported():
     audit(grpo_step(), progress=lambda done, total: seen.append((done, total)))
     assert seen and seen[-1][0] == seen[-1][1]
     assert all(a <= b for (a, _), (b, _) in zip(seen, seen[1:]))
+
+
+def test_an_unforeseen_failure_is_an_error_clause_not_a_traceback(monkeypatch):
+    import rlconform.audit as audit_module
+
+    def audit_broken(batch, profile, progress):
+        raise RuntimeError("something the audit did not foresee")
+
+    monkeypatch.setattr(audit_module, "AUDITS", (*audit_module.AUDITS, audit_broken))
+    report = audit(grpo_step())
+    broken = report.clauses[-1]
+    assert (broken.clause, broken.status) == ("broken", "error")
+    assert "RuntimeError: something the audit did not foresee" in broken.detail
+    assert report.exit_code == 2
