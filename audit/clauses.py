@@ -658,7 +658,9 @@ def audit_advantages(batch: AuditBatch, profile: Profile, progress: Progress) ->
     }
     parts = _coupled_parts(batch, clause_id)
     coupled = _coupled_features(features, parts)
-    for members in parts if len(parts) > 1 and clause_id in GROUPED else [list(range(batch.size))]:
+    # group by group where the estimator is group-local (bounded memory), else in one call
+    grouped = clause_id in GROUPED and spec.group_local
+    for members in parts if grouped else [list(range(batch.size))]:
         case = _case(batch, members, rewards, clause_id)
         try:
             got: Expected = spec.expect(context, case)
