@@ -49,6 +49,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="source checkout of the framework to import (slime, roll)",
     )
 
+    audit = sub.add_parser("audit", help="check a batch recorded from a training step")
+    audit.add_argument(
+        "path", help="recorded batch: .safetensors, .npz, torch.save file, memmap folder"
+    )
+    audit.add_argument(
+        "--profile",
+        default="torchref",
+        choices=["torchref", "verl", "slime", "roll"],
+        help="the framework whose legitimate choices apply (torchref: the contract's defaults)",
+    )
+    audit.add_argument("--config", default=None, metavar="FILE", help="JSON/TOML/YAML config")
+    audit.add_argument("--json", dest="json_path", default=None, metavar="PATH")
+    audit.add_argument("--markdown", dest="markdown_path", default=None, metavar="PATH")
+    audit.add_argument(
+        "--max-report",
+        type=int,
+        default=5,
+        metavar="N",
+        help="violating samples listed per clause (default 5)",
+    )
+    audit.add_argument("--fail-on", default="hardening", choices=list(DOMAINS))
+    audit.add_argument(
+        "--allow-unsafe-pickle",
+        action="store_true",
+        help="unpickle a file that needs more than weights_only loading (runs its code)",
+    )
+
     clauses = sub.add_parser("clauses", help="list the contract clauses")
     clauses.add_argument("--json", action="store_true", help="print JSON instead of a table")
     fixtures = sub.add_parser("fixtures", help="golden fixture cases")
@@ -117,6 +144,12 @@ def cmd_certify(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    from rlconform.audit.cli import run
+
+    return run(args)
+
+
 def cmd_clauses(args: argparse.Namespace) -> int:
     from rlconform.conformance.registry import load_all
 
@@ -163,6 +196,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "certify": cmd_certify,
+    "audit": cmd_audit,
     "clauses": cmd_clauses,
     "fixtures": cmd_fixtures,
     "docs": cmd_docs,
