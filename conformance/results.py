@@ -35,6 +35,7 @@ class DeviationResult:
     features: list[str] = dataclasses.field(default_factory=list)
     observed_message: str = ""
     case: Any = None
+    observed_checks: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def summary(self) -> str:
