@@ -469,16 +469,8 @@ def _check_reduced(
 # shape: (loss (B,T), metrics) with the named metrics; loss: per-token loss on action tokens;
 # scalar: its token-mean; grad / grad_off_actions: d scalar / d input on action tokens, and
 # exactly 0 elsewhere; clipfrac: the reported clip fraction; differentiable: a graph exists.
-POLICY_CHECKS = (
-    "shape",
-    "loss",
-    "scalar",
-    "grad",
-    "grad_off_actions",
-    "clipfrac",
-    "differentiable",
-)
-VALUE_CHECKS = POLICY_CHECKS[:-2]
+VALUE_CHECKS = ("shape", "loss", "scalar", "grad", "grad_off_actions", "clipfrac", "differentiable")
+POLICY_CHECKS = (*VALUE_CHECKS, "reduced", "shard_invariance")
 ACTOR_CHECKS = (
     "shape",
     "loss",
