@@ -33,20 +33,18 @@ def load_runtime(framework_path: str | None = None) -> TrlRuntime:
         sys.path.insert(0, str(root))
     try:
         trl = importlib.import_module("trl")
-        trainer_module = importlib.import_module("trl.trainer.grpo_trainer")
-        config_module = importlib.import_module("trl.trainer.grpo_config")
     except ImportError as exc:
         raise SetupError(
-            f"cannot import TRL's GRPO trainer ({exc}); install a supported release "
+            f"cannot import TRL ({exc}); install a supported release "
             f"({supported_range()}): pip install 'rlconform[trl]'"
         ) from None
     version = str(getattr(trl, "__version__", "unknown"))
-    bindings = bindings_for(version)
+    bindings = bindings_for(version)  # before importing the trainer: refuse unknown internals
     try:
-        trainer_cls = trainer_module.GRPOTrainer
-        config_cls = config_module.GRPOConfig
-    except AttributeError as exc:
-        raise SetupError(f"trl {version}: {exc}") from None
+        trainer_cls = importlib.import_module("trl.trainer.grpo_trainer").GRPOTrainer
+        config_cls = importlib.import_module("trl.trainer.grpo_config").GRPOConfig
+    except (ImportError, AttributeError) as exc:
+        raise SetupError(f"trl {version}: cannot import GRPOTrainer / GRPOConfig: {exc}") from None
     return TrlRuntime(
         version=version,
         release=release_of(version),
