@@ -46,8 +46,8 @@ class Bindings:
         return f"{self.releases[0]} .. {self.releases[-1]}" if len(self.releases) > 1 else self.releases[0]
 
 
-def _attributes_1_12(args: Any) -> dict[str, Any]:
-    """``GRPOTrainer.__init__`` (1.12 - 1.16): the attributes derived from the config that
+def _attributes_1_9(args: Any) -> dict[str, Any]:
+    """``GRPOTrainer.__init__`` (1.9 - 1.16): the attributes derived from the config that
     ``_generate_and_score_completions`` and ``_compute_loss`` read."""
     entropy_coef = args.entropy_coef
     return {
@@ -81,13 +81,26 @@ def _attributes_1_12(args: Any) -> dict[str, Any]:
     }
 
 
-_LOSS_TYPES_1_12 = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+_LOSS_TYPES_1_9 = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 _IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 TABLES: tuple[Bindings, ...] = (
     Bindings(
-        name="trl-1.12",
-        releases=("1.12.0", "1.13.0", "1.14.0", "1.14.1", "1.14.2", "1.15.0", "1.16.0"),
+        name="trl-1.9",
+        releases=(
+            "1.9.0",
+            "1.9.1",
+            "1.9.2",
+            "1.10.0",
+            "1.11.0",
+            "1.12.0",
+            "1.13.0",
+            "1.14.0",
+            "1.14.1",
+            "1.14.2",
+            "1.15.0",
+            "1.16.0",
+        ),
         generate_fields=(
             "prompt_ids",
             "completion_ids",
@@ -99,9 +112,9 @@ TABLES: tuple[Bindings, ...] = (
             "tool_images",
         ),
         logps_returns_aux=True,
-        loss_types=_LOSS_TYPES_1_12,
+        loss_types=_LOSS_TYPES_1_9,
         is_modes=_IS_MODES,
-        attributes=_attributes_1_12,
+        attributes=_attributes_1_9,
     ),
 )
 

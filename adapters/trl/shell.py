@@ -176,6 +176,8 @@ class Shell:
             _standalone_tools=[],
             _is_vlm=False,
             _tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=2),
+            # <= 1.14 decodes the ids for its completion log (text only, never scored)
+            processing_class=SimpleNamespace(batch_decode=_decode),
             eos_token_ids=[2],
             _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
             _logs={
@@ -292,6 +294,10 @@ class Shell:
             [{"prompt": f"prompt {i}"} for i in range(count)]
         )
         return output, dict(trainer._metrics["train"])
+
+
+def _decode(ids: Any, skip_special_tokens: bool = True) -> list[str]:
+    return [""] * len(ids)
 
 
 def _hashable(value: Any) -> Any:

@@ -17,8 +17,8 @@ def test_release_of(version, release):
 
 
 def test_supported_releases_share_one_table():
-    assert bindings_for("1.16.0").name == "trl-1.12"
-    assert bindings_for("1.12.0") is bindings_for("1.15.0")
+    assert bindings_for("1.16.0").name == "trl-1.9"
+    assert bindings_for("1.9.0") is bindings_for("1.15.0")
 
 
 @pytest.mark.parametrize("version", ["0.9.6", "1.11.0", "1.17.0", "2.0.0", "unknown"])
@@ -44,7 +44,7 @@ def test_cli_exits_2_on_an_unsupported_release(tmp_path, isolated_imports, capsy
     err = capsys.readouterr().err
     assert code == 2, err
     assert "trl 0.9.6 is not supported" in err
-    assert "1.12.0 .. 1.16.0" in err
+    assert "1.9.0 .. 1.16.0" in err
 
 
 def test_framework_path_without_trl(tmp_path, isolated_imports):

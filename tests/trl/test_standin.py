@@ -87,7 +87,7 @@ def test_standin_describe_names_release_and_bindings(standin_target):
     info = standin_target.describe()
     assert info["name"] == "trl"
     assert info["version"] == "1.16.0+standin"
-    assert info["bindings"] == "trl-1.12"
+    assert info["bindings"] == "trl-1.9"
     assert info["binding_releases"].endswith("1.16.0")
     import trl
 
