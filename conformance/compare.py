@@ -69,9 +69,10 @@ def assert_rows_close(
     tolerance: Tolerance,
     scale: Sequence[Sequence[float]] | None = None,
     k: float = 16.0,
+    check: str | None = None,
 ) -> None:
     """Compare ragged per-token float rows; raise ClauseMismatch naming the worst element."""
-    _check_shapes(clause, what, expected, actual, uids)
+    _check_shapes(clause, what, expected, actual, uids, check)
     worst: tuple[float, int, int, float] | None = None
     mismatched = 0
     total = 0
@@ -108,6 +109,7 @@ def assert_rows_close(
             "mismatched": mismatched,
             "total": total,
         },
+        check=check,
     )
 
 
@@ -118,9 +120,10 @@ def assert_rows_equal(
     actual: Sequence[Sequence[Any]],
     *,
     uids: Sequence[Any],
+    check: str | None = None,
 ) -> None:
     """Exact comparison of ragged rows (masks, ids, placement, counts)."""
-    _check_shapes(clause, what, expected, actual, uids)
+    _check_shapes(clause, what, expected, actual, uids, check)
     mismatched = 0
     first: tuple[int, int] | None = None
     total = 0
@@ -147,6 +150,7 @@ def assert_rows_equal(
             "mismatched": mismatched,
             "total": total,
         },
+        check=check,
     )
 
 
@@ -160,6 +164,7 @@ def assert_scalar_close(
     scale: float = 0.0,
     k: float = 16.0,
     uid: Any = None,
+    check: str | None = None,
 ) -> None:
     """Compare one float (a loss, a statistic) against the oracle."""
     e, a = float(expected), float(actual)
@@ -173,10 +178,18 @@ def assert_scalar_close(
         f"[{clause}] {what}{where}: expected {e!r}, actual {a!r} "
         f"(|diff| {abs(e - a):.3g} > allowed {allowed:.3g}; {tolerance.describe()})",
         detail={"what": what, "uid": uid, "expected": e, "actual": a, "allowed": allowed},
+        check=check,
     )
 
 
-def assert_equal(clause: str, what: str, expected: Any, actual: Any, uid: Any = None) -> None:
+def assert_equal(
+    clause: str,
+    what: str,
+    expected: Any,
+    actual: Any,
+    uid: Any = None,
+    check: str | None = None,
+) -> None:
     """Exact comparison of a non-float value (a count, a reason, a list of uids)."""
     if expected == actual:
         return
@@ -184,6 +197,7 @@ def assert_equal(clause: str, what: str, expected: Any, actual: Any, uid: Any = 
     raise ClauseMismatch(
         f"[{clause}] {what}{where}: expected {expected!r}, actual {actual!r}",
         detail={"what": what, "uid": uid, "expected": expected, "actual": actual},
+        check=check,
     )
 
 
@@ -193,11 +207,13 @@ def _check_shapes(
     expected: Sequence[Sequence[Any]],
     actual: Sequence[Sequence[Any]],
     uids: Sequence[Any],
+    check: str | None = None,
 ) -> None:
     if len(expected) != len(actual):
         raise ClauseMismatch(
             f"[{clause}] {what}: expected {len(expected)} samples, actual {len(actual)}",
             detail={"what": what, "expected": len(expected), "actual": len(actual)},
+            check=check,
         )
     for i, (exp_row, act_row) in enumerate(zip(expected, actual)):
         if len(exp_row) != len(act_row):
@@ -210,4 +226,5 @@ def _check_shapes(
                     "expected": len(exp_row),
                     "actual": len(act_row),
                 },
+                check=check,
             )

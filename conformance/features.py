@@ -101,6 +101,8 @@ _NOT_VALUES = frozenset(
     }
 )
 
+# Keys whose value is a batch of per-sample dicts (the invariants case adds a group).
+SAMPLE_LISTS = ("samples", "extra_group")
 # |log-ratio| above this on an action token is extreme (edge), above OVERFLOW it is hardening.
 EXTREME_LOG_RATIO = 20.0
 OVERFLOW = 88.0
@@ -152,7 +154,7 @@ def _sample_lists(case: Any) -> list[list[dict[str, Any]]]:
     return [
         [s for s in item if isinstance(s, dict)]
         for key, item in _walk(case)
-        if key == "samples" and isinstance(item, list)
+        if key in SAMPLE_LISTS and isinstance(item, list)
     ]
 
 

@@ -114,7 +114,12 @@ def _as_rows(tensor: Any) -> list[list[float]]:
 
 
 def assert_padding_zero(
-    clause: str, what: str, tensor: Any, lengths: Sequence[int], uids: Sequence[Any]
+    clause: str,
+    what: str,
+    tensor: Any,
+    lengths: Sequence[int],
+    uids: Sequence[Any],
+    check: str | None = None,
 ) -> None:
     """Padding hygiene: every position past L_i must be exactly 0 (and finite)."""
     for i, row in enumerate(padding_values(tensor, lengths)):
@@ -131,6 +136,7 @@ def assert_padding_zero(
                         "expected": 0.0,
                         "actual": value,
                     },
+                    check=check,
                 )
 
 

@@ -1,9 +1,18 @@
 """Oracle for the CONTRACT area `adv`: advantage estimators (standard library only, float64).
 
-Every estimator takes per-sample lists of equal length (a sample's response positions,
-possibly followed by padding) and a 0/1 action mask. Positions with mask 0 (tool
-observations, padding) are never read, and both outputs are 0 there. Each estimator
-returns ``(advantages, returns)`` as ragged rows.
+Every estimator takes per-sample lists of equal length: a sample's response positions
+(t < L_i; trailing zero-reward positions are harmless) and a 0/1 action mask. Outputs are
+written at action tokens only, 0 elsewhere. Each estimator returns ``(advantages,
+returns)`` as ragged rows.
+
+Reward credit (CONTRACT "adv"): every estimator reads the same rewards, the sample's
+token rewards over its whole response, mask holes included. The outcome estimators use
+score_i = their sum; the return-based ones (GAE, REINFORCE++, ReMax, and the returns of
+the optimal token baseline) first credit a reward sitting on a mask-0 position to the
+nearest preceding action token (the first action token if none precedes), so a reward at
+L_i - 1 on a response that ends in a tool observation is never dropped. Discount steps are
+action tokens; with ``discount_at_holes`` every position is a step. Values, log-probs and
+other per-token inputs at mask-0 positions are never read.
 """
 
 from __future__ import annotations
@@ -41,8 +50,31 @@ def _check_rows(
 
 
 def sample_score(rewards: Sequence[float], mask: Sequence[int]) -> float:
-    """score_i = sum of the sample's token rewards over its action tokens."""
-    return math.fsum(r for r, m in zip(rewards, mask) if m)
+    """score_i = sum of the sample's token rewards over its response (holes included)."""
+    return math.fsum(rewards)
+
+
+def credited_rewards(rewards: Sequence[float], mask: Sequence[int]) -> list[float]:
+    """Token rewards with each reward at a mask-0 position moved onto the nearest preceding
+    action token (the first action token when none precedes); 0 at mask-0 positions. A
+    sample without an action token has nowhere to carry a reward: all zeros."""
+    actions = [t for t, m in enumerate(mask) if m]
+    credited = [0.0] * len(mask)
+    if not actions:
+        return credited
+    carrier = actions[0]
+    for t, reward in enumerate(rewards):
+        if mask[t]:
+            carrier = t
+        credited[carrier] += reward
+    return credited
+
+
+def _steps(t: int, following: int | None, discount_at_holes: bool) -> int:
+    """Discount steps from action token ``t`` to the next action token ``following``: 1
+    when holes are not steps, else the number of positions in between and including it.
+    From the last action token to what follows the response (None) it is one step."""
+    return following - t if discount_at_holes and following is not None else 1
 
 
 def group_members(labels: Sequence[object]) -> dict[object, list[int]]:
@@ -139,14 +171,18 @@ def gae(
     gamma: float,
     lam: float,
     whiten_degenerate: str = "zeros",
+    discount_at_holes: bool = False,
     uids: Sequence[object] | None = None,
 ) -> tuple[Rows, Rows]:
     """adv.gae: delta_t = r_t + gamma V_next - V_t; A_t = delta_t + gamma lam A_next.
 
+    r are the credited rewards (a hole's reward moves to the preceding action token).
     Backwards over action tokens only: a mask-0 position is skipped, so V_next and
-    A_next are those of the next action token. After the last action token V_next is 0
-    for a terminated sample and ``bootstrap[i]`` for a truncated one, and A_next is 0.
-    returns = A + V (before whitening); advantages are then whitened over the batch.
+    A_next are those of the next action token (with ``discount_at_holes`` gamma and
+    gamma lam are raised to the number of positions in between). After the last action
+    token V_next is 0 for a terminated sample and ``bootstrap[i]`` for a truncated one,
+    and A_next is 0. returns = A + V (before whitening); advantages are then whitened over
+    the batch.
     """
     _check_rows(
         "adv.gae",
@@ -158,17 +194,19 @@ def gae(
         bootstrap=bootstrap,
     )
     raw, returns = [], []
-    for r, v, mask, done, boot in zip(rewards, values, masks, terminated, bootstrap):
+    for rewards_i, v, mask, done, boot in zip(rewards, values, masks, terminated, bootstrap):
+        r = credited_rewards(rewards_i, mask)
         adv, ret = [0.0] * len(mask), [0.0] * len(mask)
         next_value = 0.0 if done else float(boot)
-        next_adv = 0.0
+        next_adv, following = 0.0, None
         for t in reversed(range(len(mask))):
             if not mask[t]:
                 continue
-            delta = r[t] + gamma * next_value - v[t]
-            adv[t] = delta + gamma * lam * next_adv
+            steps = _steps(t, following, discount_at_holes)
+            delta = r[t] + gamma**steps * next_value - v[t]
+            adv[t] = delta + (gamma * lam) ** steps * next_adv
             ret[t] = adv[t] + v[t]
-            next_value, next_adv = v[t], adv[t]
+            next_value, next_adv, following = v[t], adv[t], t
         raw.append(adv)
         returns.append(ret)
     return whiten(raw, masks, degenerate=whiten_degenerate, clause="adv.gae"), returns
@@ -238,22 +276,26 @@ def reinforce_pp(
     *,
     gamma: float,
     whiten_degenerate: str = "zeros",
+    discount_at_holes: bool = False,
     uids: Sequence[object] | None = None,
 ) -> tuple[Rows, Rows]:
     """adv.reinforce_pp: G_t = r_t + gamma G_next over action tokens, then batch-whitened.
 
-    A mask-0 position neither ends the episode nor counts as a step: G_next is the
-    return at the next action token. returns = G (not whitened).
+    r are the credited rewards. A mask-0 position neither ends the episode nor counts as
+    a step (unless ``discount_at_holes``): G_next is the return at the next action token.
+    returns = G (not whitened).
     """
     _check_rows("adv.reinforce_pp", masks, uids, rewards=rewards)
     returns = []
-    for r, mask in zip(rewards, masks):
+    for rewards_i, mask in zip(rewards, masks):
+        r = credited_rewards(rewards_i, mask)
         ret = [0.0] * len(mask)
-        running = 0.0
+        running, following = 0.0, None
         for t in reversed(range(len(mask))):
             if mask[t]:
-                running = r[t] + gamma * running
+                running = r[t] + gamma ** _steps(t, following, discount_at_holes) * running
                 ret[t] = running
+                following = t
         returns.append(ret)
     return whiten(returns, masks, degenerate=whiten_degenerate, clause="adv.reinforce_pp"), returns
 
@@ -295,13 +337,14 @@ def remax(
     *,
     uids: Sequence[object] | None = None,
 ) -> tuple[Rows, Rows]:
-    """adv.remax: returns G_t = sum of rewards at action tokens >= t; A_t = G_t - b_i.
+    """adv.remax: returns G_t = sum of credited rewards at action tokens >= t; A_t = G_t - b_i.
 
     b_i is the reward of the greedy (baseline) response for the same prompt.
     """
     _check_rows("adv.remax", masks, uids, rewards=rewards, baselines=baselines)
     advantages, returns = [], []
-    for r, mask, baseline in zip(rewards, masks, baselines):
+    for rewards_i, mask, baseline in zip(rewards, masks, baselines):
+        r = credited_rewards(rewards_i, mask)
         ret = [0.0] * len(mask)
         for t in range(len(mask)):
             if mask[t]:
@@ -444,7 +487,7 @@ def optimal_token_baseline(
 ) -> tuple[Rows, Rows]:
     """adv.optimal_token_baseline: A_t = G_t - B_{g,t}, a per-position group baseline.
 
-    G_t = sum of rewards at action tokens >= t. Per action token, w_t = 1 - 2 pi_t +
+    G_t = sum of credited rewards at action tokens >= t. Per action token, w_t = 1 - 2 pi_t +
     sum_pi_squared_t with pi_t = exp(old_logprob_t), times is_weight_t^2 when given;
     W_t = sum of w over the sample's action tokens <= t. At column t of group g,
     B = sum_i G_i,t W_i,t / (sum_i W_i,t + eps) over the samples with an action token
@@ -462,11 +505,12 @@ def optimal_token_baseline(
     _check_rows("adv.optimal_token_baseline", masks, uids, **fields)
     returns, weights = [], []
     for i, mask in enumerate(masks):
+        credited = credited_rewards(rewards[i], mask)
         ret, cum = [0.0] * len(mask), [0.0] * len(mask)
         running = 0.0
         for t in reversed(range(len(mask))):
             if mask[t]:
-                running += rewards[i][t]
+                running += credited[t]
                 ret[t] = running
         total = 0.0
         for t in range(len(mask)):

@@ -1,7 +1,8 @@
 """Oracle-target operations for `adv`: padded tensors -> ragged lists -> oracle -> padded.
 
-The oracle ignores mask-0 positions, so each row is handed over at full width (padding
-is just more mask-0 positions) and comes back at full width.
+Each row is handed over at full width: padding is just more mask-0 positions, whose
+rewards the protocol keeps at 0 (a hole's reward is credited, a zero one changes nothing),
+and whose values and log-probs the oracle never reads. Rows come back at full width.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class AdvantageOps:
             gamma=gamma,
             lam=lam,
             whiten_degenerate=self.profile.get("whiten_degenerate", "zeros"),
+            discount_at_holes=bool(self.profile.get("discount_at_holes", False)),
         )
         return _pair(result, token_level_rewards)
 
@@ -95,6 +97,7 @@ class AdvantageOps:
             binary_rows(response_mask),
             gamma=gamma,
             whiten_degenerate=self.profile.get("whiten_degenerate", "zeros"),
+            discount_at_holes=bool(self.profile.get("discount_at_holes", False)),
         )
         return _pair(result, token_level_rewards)
 

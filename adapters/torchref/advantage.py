@@ -1,9 +1,13 @@
 """torchref operations for the CONTRACT area `adv` (vectorized torch, any device).
 
 Every estimator takes (B, T) right-padded tensors and ``response_mask`` = 1 on action
-tokens (the loss mask, holes included), like verl's ``response_mask``; values at mask-0
-positions are never used (they may be NaN) and both outputs are 0 there. Group labels
-(``index``) are a list or numpy array of hashable labels, as verl's ``uid`` array.
+tokens (0 at holes and padding), like verl's ``response_mask``. Token rewards are read over
+the whole row (CONTRACT reward credit: holes included; the protocol keeps padding rewards 0);
+the return-based estimators credit a hole's reward to the preceding action token. Values,
+log-probs and the like at mask-0 positions are never used (they may be NaN) and both outputs
+are 0 there. Group labels (``index``) are a list or numpy array of hashable labels, as
+verl's ``uid`` array. Profile ``discount_at_holes`` (default False): holes count as
+discount steps.
 """
 
 from __future__ import annotations
@@ -26,9 +30,30 @@ def _on_actions(x: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
 
 
 def _scores(rewards: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """score_i = sum of token rewards over the sample's action tokens."""
-    return _on_actions(rewards, actions).sum(-1)
+    """score_i = sum of the sample's token rewards over its response (holes included)."""
+    return rewards.sum(-1)
 
+
+def _credited(rewards: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Each reward moved onto the nearest preceding action token (the first one when none
+    precedes); rows without an action token have nowhere to carry it: all zeros."""
+    width = rewards.shape[-1]
+    if width == 0 or rewards.shape[0] == 0:
+        return torch.zeros_like(rewards)
+    cols = torch.arange(width, device=rewards.device).expand(rewards.shape)
+    last = torch.where(actions, cols, torch.full_like(cols, -1)).cummax(dim=-1).values
+    first = actions.to(torch.int64).argmax(dim=-1, keepdim=True).expand(rewards.shape)
+    carrier = torch.where(last >= 0, last, first)
+    return _on_actions(torch.zeros_like(rewards).scatter_add_(-1, carrier, rewards), actions)
+
+
+def _discounts(t: int, following: torch.Tensor, factor: float, at_holes: bool) -> torch.Tensor:
+    """factor ** (steps from column t to each row's next action token ``following``;
+    -1 = none: one step), or ``factor`` when holes are not steps."""
+    if not at_holes:
+        return torch.full(following.shape, factor, dtype=torch.float64, device=following.device)
+    steps = torch.where(following >= 0, following - t, torch.ones_like(following))
+    return torch.tensor(factor, dtype=torch.float64, device=following.device) ** steps
 
 def _group_ids(index: Any, device: torch.device) -> tuple[torch.Tensor, int]:
     """Dense group ids 0..G-1 in order of first appearance of each label."""
@@ -131,7 +156,7 @@ class AdvantageOps:
         """adv.gae. ``terminated`` (B,) bool, None = every sample terminated; a truncated
         sample bootstraps from ``bootstrap_value`` (B,) after its last action token."""
         actions = _actions(response_mask)
-        rewards = _on_actions(token_level_rewards, actions)
+        rewards = _credited(token_level_rewards, actions)
         values = _on_actions(values.to(rewards.dtype), actions)
         next_value = torch.zeros(rewards.shape[0], dtype=rewards.dtype, device=rewards.device)
         if bootstrap_value is not None and terminated is not None:
@@ -139,12 +164,17 @@ class AdvantageOps:
             next_value = torch.where(terminated.to(rewards.device).bool(), next_value, boot)
         next_adv = torch.zeros_like(next_value)
         raw = torch.zeros_like(rewards)
+        following = torch.full(next_value.shape, -1, dtype=torch.int64, device=rewards.device)
+        at_holes = bool(self.profile.get("discount_at_holes", False))
         for t in reversed(range(rewards.shape[-1])):
             acting = actions[:, t]
-            adv_t = rewards[:, t] + gamma * next_value - values[:, t] + gamma * lam * next_adv
+            g = _discounts(t, following, gamma, at_holes).to(rewards.dtype)
+            gl = _discounts(t, following, gamma * lam, at_holes).to(rewards.dtype)
+            adv_t = rewards[:, t] + g * next_value - values[:, t] + gl * next_adv
             raw[:, t] = torch.where(acting, adv_t, torch.zeros_like(adv_t))
             next_value = torch.where(acting, values[:, t], next_value)
             next_adv = torch.where(acting, adv_t, next_adv)
+            following = torch.where(acting, torch.full_like(following, t), following)
         returns = _on_actions(raw + values, actions)
         degenerate = self.profile.get("whiten_degenerate", "zeros")
         return _whiten(raw, actions, degenerate), returns
@@ -195,12 +225,16 @@ class AdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """adv.reinforce_pp: discounted return over action tokens, then batch-whitened."""
         actions = _actions(response_mask)
-        rewards = _on_actions(token_level_rewards, actions)
+        rewards = _credited(token_level_rewards, actions)
         returns = torch.zeros_like(rewards)
         running = torch.zeros(rewards.shape[0], dtype=rewards.dtype, device=rewards.device)
+        following = torch.full(running.shape, -1, dtype=torch.int64, device=rewards.device)
+        at_holes = bool(self.profile.get("discount_at_holes", False))
         for t in reversed(range(rewards.shape[-1])):
-            running = torch.where(actions[:, t], rewards[:, t] + gamma * running, running)
+            g = _discounts(t, following, gamma, at_holes).to(rewards.dtype)
+            running = torch.where(actions[:, t], rewards[:, t] + g * running, running)
             returns[:, t] = running
+            following = torch.where(actions[:, t], torch.full_like(following, t), following)
         returns = _on_actions(returns, actions)
         degenerate = self.profile.get("whiten_degenerate", "zeros")
         return _whiten(returns, actions, degenerate), returns
@@ -229,7 +263,7 @@ class AdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """adv.remax: reverse cumulative reward minus the greedy baseline reward."""
         actions = _actions(response_mask)
-        returns = _on_actions(_reverse_cumsum(_on_actions(token_level_rewards, actions)), actions)
+        returns = _on_actions(_reverse_cumsum(_credited(token_level_rewards, actions)), actions)
         baselines = reward_baselines.to(device=returns.device, dtype=returns.dtype).unsqueeze(-1)
         return _on_actions(returns - baselines, actions), returns
 
@@ -332,7 +366,7 @@ class AdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """adv.optimal_token_baseline: returns minus a per-column group baseline."""
         actions = _actions(response_mask)
-        returns = _on_actions(_reverse_cumsum(_on_actions(token_level_rewards, actions)), actions)
+        returns = _on_actions(_reverse_cumsum(_credited(token_level_rewards, actions)), actions)
         weight = (
             1.0
             - 2.0 * torch.exp(old_log_probs.to(returns.dtype))

@@ -60,6 +60,7 @@ from hypothesis import strategies as st
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.compare import Tolerance, assert_equal, assert_rows_close
 from rlconform.conformance.errors import ClauseMismatch, TargetError
+from rlconform.conformance.features import allows
 from rlconform.conformance.harness import pad_right, to_float_list, unpad_right
 from rlconform.conformance.registry import clause
 from rlconform.oracle import advantage as oracle
@@ -69,23 +70,33 @@ Rows = list[list[float]]
 
 # ---------------------------------------------------------------------------------------
 # Cases: {"samples": [{"uid", "group", "mask", "rewards", ...}], "pad_value", "extra_pad",
-# "params": {...}}. Rewards carry the sample's score on its last action token (plus dense
-# shaping rewards in some cases); positions with mask 0 carry finite garbage, padding the
-# case's pad_value: neither may influence any output.
+# "params": {...}}. Rewards carry the sample's score on its last action token, or (edge) on
+# its last token when that is a tool observation, plus dense shaping rewards in some cases
+# and (edge) rewards on mask holes: all of them are credited (CONTRACT reward credit).
+# Values, log-probs and weights at mask-0 positions hold garbage (finite; hardening: huge
+# or non-finite), padding the case's pad_value: neither may influence any output. Reward
+# padding is 0 (the padded protocol cannot tell a trailing hole from padding).
 
-_HOLE_GARBAGE = (0.0, 2.5, -4.0, 1000.0)
 _GAMMAS = (1.0, 0.99, 0.9, 0.5, 0.0)
 _LAMBDAS = (1.0, 0.95, 0.5, 0.0)
 _COMPONENT_VALUES = (0.0, 1.0, 1.00001, 0.5, -2.0)
+_HOLE_REWARDS = (0.5, -1.0, 2.0)
 
 
 @st.composite
 def _group_labels(draw: Any, min_group_size: int, max_samples: int) -> list[str]:
     if min_group_size <= 1:
-        return draw(cs.group_labels(draw(st.integers(1, max_samples))))
+        return draw(cs.group_labels(draw(st.integers(cs.fewest_samples(1), max_samples))))
     sizes = draw(st.sampled_from([[2], [3], [2, 2], [2, 3], [3, 2]]))
     labels = [f"g{g}" for g, size in enumerate(sizes) for _ in range(size)]
     return list(draw(st.permutations(labels)))
+
+
+def _hole_reward(draw: Any) -> float:
+    """A reward on a mask-0 token: 0, or (edge) a real reward the estimators must credit."""
+    if allows("edge") and draw(st.integers(0, 3)) == 0:
+        return draw(st.sampled_from(_HOLE_REWARDS))
+    return 0.0
 
 
 @st.composite
@@ -100,11 +111,15 @@ def _sample(
 ) -> dict[str, Any]:
     length = draw(cs.lengths())
     mask = draw(cs.loss_mask(length))
-    garbage = st.sampled_from(_HOLE_GARBAGE)
-    rewards = [(draw(cs.finite(-1.0, 1.0)) if dense else 0.0) if m else draw(garbage) for m in mask]
+    garbage = cs.hole_values()
+    rewards = [
+        (draw(cs.finite(-1.0, 1.0)) if dense else 0.0) if m else _hole_reward(draw) for m in mask
+    ]
     actions = [t for t, m in enumerate(mask) if m]
     if actions:
-        rewards[actions[-1]] = score
+        at_tail = allows("edge") and not mask[-1] and draw(st.booleans())
+        carrier = length - 1 if at_tail else actions[-1]
+        rewards[carrier] = score
     sample: dict[str, Any] = {"uid": uid, "group": group, "mask": mask, "rewards": rewards}
     if "values" in fields:
         sample["values"] = [draw(cs.finite()) if m else draw(garbage) for m in mask]
@@ -114,9 +129,10 @@ def _sample(
         sample["baseline"] = draw(cs.finite(-3.0, 3.0))
     if "logprobs" in fields:
         logprobs, pi_squared = [], []
+        hole_logprobs = (0.0, -2.0) + ((1000.0, -1e4) if allows("hardening") else ())
         for m in mask:
             if not m:
-                logprobs.append(draw(st.sampled_from((0.0, 1000.0, -1e4))))
+                logprobs.append(draw(st.sampled_from(hole_logprobs)))
                 pi_squared.append(draw(garbage))
                 continue
             logprob = draw(st.sampled_from((0.0, -1e-3, -0.1, -0.7, -2.0, -8.0)))
@@ -132,6 +148,8 @@ def _sample(
         sample["components"] = [
             draw(st.sampled_from(_COMPONENT_VALUES)) for _ in range(n_components)
         ]
+        if not allows("edge"):
+            sample["components"] = [c + int(uid[1:]) for c in sample["components"]]
     return sample
 
 
@@ -156,9 +174,10 @@ def advantage_case(
     max_samples: int = 5,
 ) -> dict[str, Any]:
     """A ragged batch for the estimators: groups (singleton, partial, interleaved), scores
-    (general, binary, all-equal, nearly equal), mask holes with garbage, garbage padding."""
+    (general, binary, all-equal, nearly equal), mask holes with garbage values and credited
+    rewards, garbage padding; restricted to the current domain (CONTRACT §0a)."""
     labels = draw(_group_labels(min_group_size, max_samples))
-    scores = draw(cs.rewards(len(labels)))
+    scores = draw(cs.rewards(len(labels), labels))
     dense = dense and draw(st.integers(0, 3)) == 0
     n_components = draw(st.integers(1, 3)) if "components" in fields else 0
     samples = [
@@ -201,7 +220,9 @@ def _labels(case: dict[str, Any]) -> list[str]:
 
 
 def _token_field(ctx: Any, case: dict[str, Any], name: str, width: int) -> torch.Tensor:
-    return ctx.floats([s[name] for s in case["samples"]], fill=case["pad_value"], width=width)
+    """A per-token field padded with the case's pad_value; token rewards are padded with 0."""
+    fill = 0.0 if name == "rewards" else case["pad_value"]
+    return ctx.floats([s[name] for s in case["samples"]], fill=fill, width=width)
 
 
 def _response_mask(ctx: Any, case: dict[str, Any], width: int) -> torch.Tensor:
@@ -223,14 +244,15 @@ def _index(case: dict[str, Any]) -> np.ndarray:
 
 def _score_error(rewards: list[float], mask: list[int]) -> float:
     """Representation plus summation error of score_i (exact for a single nonzero reward)."""
-    terms = [abs(r) for r, m in zip(rewards, mask) if m and r != 0]
+    terms = [abs(r) for r in rewards if r != 0]
     return 0.5 * max(len(terms), 1) * math.fsum(terms)
 
 
 def _suffix_sum_error(rewards: list[float], mask: list[int]) -> float:
-    """Error of a reverse cumulative sum anywhere in the row (by scan or by total - prefix)."""
-    terms = [abs(r) for r, m in zip(rewards, mask) if m and r != 0]
-    return 0.5 * (len(terms) + 1) * math.fsum(terms)
+    """Error of a reverse cumulative sum of the credited rewards anywhere in the row (by
+    scan or by total - prefix; crediting a hole's reward adds one rounding per term)."""
+    terms = [abs(r) for r in rewards if r != 0]
+    return 0.5 * (2 * len(terms) + 1) * math.fsum(terms)
 
 
 def _mean_error(values: list[float], errors: list[float]) -> float:
@@ -327,6 +349,14 @@ class Estimator:
     k: float = 4.0
 
 
+def _credit_error(sample: dict[str, Any]) -> list[float]:
+    """Rounding of the credited rewards: each one is a sum of the rewards it carries."""
+    terms = [abs(r) for r in sample["rewards"]]
+    carried = oracle.credited_rewards(terms, sample["mask"])
+    counts = oracle.credited_rewards([1.0 if r else 0.0 for r in sample["rewards"]], sample["mask"])
+    return [0.5 * n * c for n, c in zip(counts, carried)]
+
+
 def _scores_and_errors(case: dict[str, Any]) -> tuple[list[float], list[float]]:
     scores = [oracle.sample_score(s["rewards"], s["mask"]) for s in case["samples"]]
     errors = [_score_error(s["rewards"], s["mask"]) for s in case["samples"]]
@@ -347,16 +377,25 @@ def _per_sample_values(rows: Rows, masks: list[list[int]]) -> list[float]:
 # adv.gae ---------------------------------------------------------------------------------
 
 
+def _bootstraps(ctx: Any, case: dict[str, Any]) -> bool:
+    """Truncated samples bootstrap: the case asks for it and the profile's
+    ``truncated_bootstrap`` (default True) says the framework takes a bootstrap value."""
+    return bool(case["params"]["bootstrap"]) and bool(ctx.profile.get("truncated_bootstrap", True))
+
+
 def _gae_expect(ctx: Any, case: dict[str, Any]) -> Expected:
     samples, p = case["samples"], case["params"]
-    terminated = [s["terminated"] if p["bootstrap"] else True for s in samples]
+    bootstraps = _bootstraps(ctx, case)
+    terminated = [s["terminated"] if bootstraps else True for s in samples]
     bootstrap = [s["bootstrap"] for s in samples]
     masks = _masks(case)
-    rewards = [s["rewards"] for s in samples]
+    rewards = [oracle.credited_rewards(s["rewards"], s["mask"]) for s in samples]
+    credit_error = [_credit_error(s) for s in samples]
     values = [s["values"] for s in samples]
     degenerate = ctx.profile.get("whiten_degenerate", "zeros")
+    at_holes = bool(ctx.profile.get("discount_at_holes", False))
     advantages, returns = oracle.gae(
-        rewards,
+        [s["rewards"] for s in samples],
         values,
         masks,
         terminated,
@@ -364,6 +403,7 @@ def _gae_expect(ctx: Any, case: dict[str, Any]) -> Expected:
         gamma=p["gamma"],
         lam=p["lam"],
         whiten_degenerate=degenerate,
+        discount_at_holes=at_holes,
     )
     raw = [
         [a - v if m else 0.0 for a, v, m in zip(ret, val, mask)]
@@ -371,25 +411,30 @@ def _gae_expect(ctx: Any, case: dict[str, Any]) -> Expected:
     ]
     raw_error, return_error = [], []
     gamma, lam = p["gamma"], p["lam"]
-    for r, v, mask, a, done, boot in zip(rewards, values, masks, raw, terminated, bootstrap):
+    for r, c, v, mask, a, done, boot in zip(
+        rewards, credit_error, values, masks, raw, terminated, bootstrap
+    ):
         errors, ret_errors = [0.0] * len(mask), [0.0] * len(mask)
         next_value = 0.0 if done else boot
-        next_adv, next_error = 0.0, 0.0
+        next_adv, next_error, following = 0.0, 0.0, None
         for t in reversed(range(len(mask))):
             if not mask[t]:
                 continue
+            # gamma ** steps <= gamma; its own rounding grows with the number of steps
+            steps = following - t if at_holes and following is not None else 1
             delta = r[t] + gamma * next_value - v[t]
             errors[t] = (
                 abs(r[t])
-                + 2 * abs(gamma * next_value)
+                + c[t]
+                + (1 + steps) * abs(gamma * next_value)
                 + abs(v[t])
                 + abs(delta)
-                + 2 * gamma * lam * abs(next_adv)
+                + (1 + steps) * gamma * lam * abs(next_adv)
                 + abs(a[t])
                 + gamma * lam * next_error
             )
             ret_errors[t] = errors[t] + abs(v[t]) + abs(a[t] + v[t])
-            next_value, next_adv, next_error = v[t], a[t], errors[t]
+            next_value, next_adv, next_error, following = v[t], a[t], errors[t], t
         raw_error.append(errors)
         return_error.append(ret_errors)
     return Expected(
@@ -400,7 +445,7 @@ def _gae_expect(ctx: Any, case: dict[str, Any]) -> Expected:
 def _gae_call(ctx: Any, case: dict[str, Any], width: int) -> Any:
     samples, p = case["samples"], case["params"]
     kwargs = {}
-    if p["bootstrap"]:
+    if _bootstraps(ctx, case):
         kwargs["bootstrap_value"] = _per_sample(ctx, [s["bootstrap"] for s in samples])
         kwargs["terminated"] = torch.tensor(
             [s["terminated"] for s in samples], dtype=torch.bool, device=ctx.device
@@ -503,18 +548,31 @@ def _rloo_call(ctx: Any, case: dict[str, Any], width: int) -> Any:
 def _reinforce_pp_expect(ctx: Any, case: dict[str, Any]) -> Expected:
     gamma = case["params"]["gamma"]
     masks = _masks(case)
-    rewards = [s["rewards"] for s in case["samples"]]
+    at_holes = bool(ctx.profile.get("discount_at_holes", False))
     advantages, returns = oracle.reinforce_pp(
-        rewards, masks, gamma=gamma, whiten_degenerate=ctx.profile.get("whiten_degenerate", "zeros")
+        [s["rewards"] for s in case["samples"]],
+        masks,
+        gamma=gamma,
+        whiten_degenerate=ctx.profile.get("whiten_degenerate", "zeros"),
+        discount_at_holes=at_holes,
     )
     return_error = []
-    for r, mask, ret in zip(rewards, masks, returns):
+    for sample, mask, ret in zip(case["samples"], masks, returns):
+        r = oracle.credited_rewards(sample["rewards"], mask)
+        c = _credit_error(sample)
         errors = [0.0] * len(mask)
-        next_return, next_error = 0.0, 0.0
+        next_return, next_error, following = 0.0, 0.0, None
         for t in reversed(range(len(mask))):
             if mask[t]:
-                errors[t] = abs(r[t]) + abs(gamma * next_return) + abs(ret[t]) + gamma * next_error
-                next_return, next_error = ret[t], errors[t]
+                steps = following - t if at_holes and following is not None else 1
+                errors[t] = (
+                    abs(r[t])
+                    + c[t]
+                    + (1 + steps) * abs(gamma * next_return)
+                    + abs(ret[t])
+                    + gamma * next_error
+                )
+                next_return, next_error, following = ret[t], errors[t], t
         return_error.append(errors)
     return Expected(
         advantages, returns, _whiten_error(returns, return_error, masks, advantages), return_error
@@ -920,10 +978,12 @@ def _outputs(spec: Estimator, result: Any, n: int, width: int) -> tuple[torch.Te
         raise ClauseMismatch(
             f"[{spec.clause}] {spec.op} must return (advantages, returns), got {type(result).__name__}",
             detail={"what": "return value"},
+            check="shape",
         )
     advantages, returns = result
-    assert_equal(spec.clause, f"{spec.op} advantages shape", (n, width), tuple(advantages.shape))
-    assert_equal(spec.clause, f"{spec.op} returns shape", (n, width), tuple(returns.shape))
+    for what, tensor in (("advantages", advantages), ("returns", returns)):
+        shape = tuple(getattr(tensor, "shape", ()))
+        assert_equal(spec.clause, f"{spec.op} {what} shape", (n, width), shape, check="shape")
     return advantages, returns
 
 
@@ -939,10 +999,12 @@ def _expect_error(
         f"[{spec.clause}] {spec.op} returned {type(result).__name__} where the contract requires an "
         f"error: {reason}",
         detail={"what": "error expected", "expected": str(reason), "actual": "no error"},
+        check="raises",
     )
 
 
 def _compare(
+    ctx: Any,
     spec: Estimator,
     case: dict[str, Any],
     expected: Expected,
@@ -950,7 +1012,10 @@ def _compare(
     returns: Any,
     tolerance: Tolerance,
     label: str = "",
+    check: str | None = None,
 ) -> None:
+    """Advantages and returns on action tokens; each a check of its own (``advantages``,
+    ``returns``) unless ``check`` names the invariant being tested."""
     masks = _masks(case)
     lengths = cs.lengths_of(case)
     uids = cs.uids_of(case)
@@ -958,16 +1023,17 @@ def _compare(
         ("advantages", expected.advantages, advantages, expected.advantage_scale),
         ("returns", expected.returns, returns, expected.return_scale),
     ):
-        assert_rows_close(
-            spec.clause,
-            f"{spec.op} {what}{label} (action tokens)",
-            _on_actions(want, masks),
-            _on_actions(unpad_right(got, lengths), masks),
-            uids=uids,
-            tolerance=tolerance,
-            scale=scale,
-            k=spec.k,
-        )
+        with ctx.check(check or what):
+            assert_rows_close(
+                spec.clause,
+                f"{spec.op} {what}{label} (action tokens)",
+                _on_actions(want, masks),
+                _on_actions(unpad_right(got, lengths), masks),
+                uids=uids,
+                tolerance=tolerance,
+                scale=scale,
+                k=spec.k,
+            )
 
 
 def _check_estimator(spec: Estimator, ctx: Any, case: dict[str, Any]) -> None:
@@ -978,11 +1044,39 @@ def _check_estimator(spec: Estimator, ctx: Any, case: dict[str, Any]) -> None:
         _expect_error(spec, ctx, case, width, reason)
         return
     advantages, returns = _outputs(spec, spec.call(ctx, case, width), len(case["samples"]), width)
-    _compare(spec, case, expected, advantages, returns, ctx.tolerance)
+    _compare(ctx, spec, case, expected, advantages, returns, ctx.tolerance)
+
+
+# shape: (advantages, returns), both (B, T); advantages / returns: the oracle's values on
+# action tokens; raises: the contract (or the profile) requires an error for this input.
+ESTIMATOR_CHECKS = ("shape", "advantages", "returns", "raises")
+# The §0a features an estimator's cases can have. Reward padding is 0 by protocol.
+ESTIMATOR_FEATURES = (
+    "mask_holes",
+    "padding_finite",
+    "unequal_groups",
+    "extra_padding",
+    "empty_response",
+    "actionless_sample",
+    "singleton_group",
+    "equal_scores",
+    "hole_reward",
+    "empty_batch",
+    "no_samples",
+    "padding_nonfinite",
+    "overflow",
+    "zero_width",
+)
 
 
 def _register(
-    clause_id: str, *, title: str, statement: str, strategy: Any, examples: Sequence[dict[str, Any]]
+    clause_id: str,
+    *,
+    title: str,
+    statement: str,
+    strategy: Any,
+    examples: Sequence[dict[str, Any]],
+    meets: tuple[str, ...] = ESTIMATOR_FEATURES,
 ) -> None:
     spec = ESTIMATORS[clause_id]
 
@@ -998,6 +1092,8 @@ def _register(
         ops=(spec.op,),
         strategy=strategy,
         examples=examples,
+        checks=ESTIMATOR_CHECKS,
+        meets=meets,
     )(check)
 
 
@@ -1036,7 +1132,7 @@ _GROUP_EXAMPLES = (
            _s("s2", "g1", [1], [3.0])],
           pad_value=_NAN, extra_pad=1, norm_by_std=True, f_norm=1.0),
     # All-equal scores in a group; partial, interleaved groups; garbage in mask holes.
-    _case([_s("s0", "g0", [1, 0, 1], [0.0, 1000.0, 0.5]),
+    _case([_s("s0", "g0", [1, 0, 1], [0.0, 0.25, 0.25]),
            _s("s1", "g1", [1, 1], [0.0, 1.0]),
            _s("s2", "g0", [1], [0.5]),
            _s("s3", "g1", [1, 1, 0], [0.0, 0.0, 2.5]),
@@ -1054,7 +1150,7 @@ _GROUP_EXAMPLES = (
 _RFPP_EXAMPLES = (
     # A tool observation does not end the episode: the return is carried through it and
     # written at action tokens only.
-    _case([_s("s0", "g0", [1, 0, 1, 1], [0.0, 1000.0, 0.0, 1.0]), _s("s1", "g0", [1, 1], [0.5, 0.0])],
+    _case([_s("s0", "g0", [1, 0, 1, 1], [0.0, 2.0, 0.0, 1.0]), _s("s1", "g0", [1, 1], [0.5, 0.0])],
           pad_value=_NAN, extra_pad=1, gamma=0.5),
     _case([_s("s0", "g0", [1, 1, 1], [1.0, 1.0, 1.0]),
            _s("s1", "g1", [], []),
@@ -1066,7 +1162,7 @@ _RFPP_EXAMPLES = (
 )
 
 _REMAX_EXAMPLES = (
-    _case([_s("s0", "g0", [1, 0, 1, 1], [0.5, 1000.0, 0.0, 1.0], baseline=0.5),
+    _case([_s("s0", "g0", [1, 0, 1, 1], [0.5, 2.0, 0.0, 1.0], baseline=0.5),
            _s("s1", "g0", [], [], baseline=2.0),
            _s("s2", "g1", [1, 1], [0.0, 1.00001], baseline=1.0)],
           pad_value=_NAN, extra_pad=2),
@@ -1081,7 +1177,7 @@ _OPO_EXAMPLES = (
 
 _PASSK_EXAMPLES = (
     # Ties at the top give 0; the best sample gets s_max - s_second.
-    _case([_s("s0", "g0", [1], [1.0]), _s("s1", "g0", [1, 0], [1.0, 1000.0]), _s("s2", "g0", [1], [0.0]),
+    _case([_s("s0", "g0", [1], [1.0]), _s("s1", "g0", [1, 0], [0.5, 0.5]), _s("s2", "g0", [1], [0.0]),
            _s("s3", "g1", [1, 1], [0.0, 1.0]), _s("s4", "g1", [1], [0.5])],
           pad_value=_NAN, extra_pad=1, norm_by_std=True),
     _case([_s("s0", "g0", [1, 1], [0.0, 1.00001]), _s("s1", "g0", [], [])], pad_value=_INF, norm_by_std=False),
@@ -1124,19 +1220,23 @@ _register(
     "adv.gae",
     title="GAE skips non-action tokens, bootstraps truncated samples, whitens over the batch",
     statement="""delta_t = r_t + gamma V_{t+1} - V_t; A_t = delta_t + gamma lambda A_{t+1}; positions
-    with mask 0 are skipped (next value and running advantage carried through); the value after
-    the last token is 0 when terminated, the bootstrap value when truncated; returns = A + V
-    before whitening; advantages whitened over all action tokens of the batch (masked mean,
-    unbiased masked variance, rsqrt(var + 1e-8)). Profile: whiten_degenerate (<= 1 action
-    token: zeros, or raise).""",
+    with mask 0 are skipped (next value and running advantage carried through); r are the
+    credited rewards (a reward on a mask-0 token counts on the preceding action token); the value
+    after the last token is 0 when terminated, the bootstrap value when truncated (profile
+    truncated_bootstrap, default true: false means the framework treats a length-truncated
+    response as terminated); returns = A + V before whitening; advantages whitened over all
+    action tokens of the batch (masked mean, unbiased masked variance, rsqrt(var + 1e-8)).
+    Profile: whiten_degenerate (<= 1 action token: zeros, or raise), discount_at_holes.""",
     strategy=advantage_case(fields=("values",), params=("gamma", "lam", "bootstrap")),
     examples=_GAE_EXAMPLES,
+    meets=(*ESTIMATOR_FEATURES, "truncated_sample"),
 )
 
 _register(
     "adv.grpo",
     title="GRPO: group-normalised score broadcast to action tokens",
-    statement="""score_i = sum of token rewards over action tokens; per group mean and std (profile
+    statement="""score_i = sum of the sample's token rewards over its response, mask holes
+    included; per group mean and std (profile
     grpo_std_ddof, verl 1); A_i = (score_i - mean) / (std + eps) (grpo_eps 1e-6), or score_i - mean
     when norm_by_std is off (Dr. GRPO); a group of one: profile grpo_singleton (verl: mean 0,
     std 1); broadcast to action tokens; returns == advantages.""",
@@ -1157,10 +1257,11 @@ _register(
 _register(
     "adv.reinforce_pp",
     title="REINFORCE++: discounted return over action tokens, batch-whitened",
-    statement="""G_t = r_t + gamma G_{t+1} over action tokens, carried through mask-0 tokens (a tool
-    observation is not the end of the episode, nor a discount step; the return is written at
-    action tokens only); returns = G; advantages = G whitened over all action tokens of the
-    batch. Not group-local. Profile: whiten_degenerate.""",
+    statement="""G_t = r_t + gamma G_{t+1} over action tokens of the credited rewards (a reward on
+    a mask-0 token counts on the preceding action token), carried through mask-0 tokens (a tool
+    observation is not the end of the episode, nor a discount step unless discount_at_holes;
+    the return is written at action tokens only); returns = G; advantages = G whitened over all
+    action tokens of the batch. Not group-local. Profile: whiten_degenerate.""",
     strategy=advantage_case(params=("gamma",)),
     examples=_RFPP_EXAMPLES,
 )
@@ -1178,8 +1279,9 @@ _register(
 _register(
     "adv.remax",
     title="ReMax: reverse cumulative reward minus the greedy baseline",
-    statement="""returns_t = sum of the rewards at action tokens >= t; A_t = returns_t - b_i, b_i the
-    reward of the greedy baseline response; per sample, so group-local.""",
+    statement="""returns_t = sum of the credited rewards at action tokens >= t (a reward on a
+    mask-0 token counts on the preceding action token); A_t = returns_t - b_i, b_i the reward
+    of the greedy baseline response; per sample, so group-local.""",
     strategy=advantage_case(fields=("baseline",)),
     examples=_REMAX_EXAMPLES,
 )
@@ -1219,7 +1321,7 @@ _register(
 _register(
     "adv.optimal_token_baseline",
     title="Optimal token baseline: per-position, variance-weighted group baseline",
-    statement="""returns G_t = sum of rewards at action tokens >= t; w_t = (1 - 2 pi_t +
+    statement="""returns G_t = sum of credited rewards at action tokens >= t; w_t = (1 - 2 pi_t +
     sum_pi_squared_t) (times is_weight_t^2), pi_t = exp(old_logprob_t); W_t = cumulative w over
     action tokens; at column t of a group, B = sum_i G W / (sum_i W + 1e-8) over the samples with
     an action token there, and B = 0 where fewer than two have one (groups of one: B = 0);
@@ -1346,6 +1448,14 @@ def _assert_zero_off_actions(
             )
 
 
+_INVARIANTS = ("zero_off_actions", "padding_invariance", "permutation", "group_locality")
+
+
+def _invariant_check(spec: Estimator, invariant: str) -> str:
+    """The check name of one invariant of one estimator, e.g. ``gae_zero_off_actions``."""
+    return f"{spec.clause.split('.', 1)[1]}_{invariant}"
+
+
 def _doubled(tolerance: Tolerance) -> Tolerance:
     return dataclasses.replace(tolerance, rtol=2 * tolerance.rtol, atol=2 * tolerance.atol)
 
@@ -1380,14 +1490,24 @@ def _invariants_one(spec: Estimator, ctx: Any, case: dict[str, Any]) -> None:
         return
     base = _outputs(checked, result, n, width)
     masks, uids = _masks(case), cs.uids_of(case)
-    _assert_zero_off_actions(spec, "advantages", base[0], masks, uids)
-    _assert_zero_off_actions(spec, "returns", base[1], masks, uids)
+    for what, tensor in (("advantages", base[0]), ("returns", base[1])):
+        with ctx.check(_invariant_check(spec, "zero_off_actions")):
+            _assert_zero_off_actions(spec, what, tensor, masks, uids)
     reference = _own_output(case, base, expected)
     tolerance = _doubled(ctx.tolerance)
 
     padded = spec.call(ctx, case, width + 3)
     padded = _outputs(checked, padded, n, width + 3)
-    _compare(checked, case, reference, *padded, tolerance, label=" with 3 more padding columns")
+    _compare(
+        ctx,
+        checked,
+        case,
+        reference,
+        *padded,
+        tolerance,
+        label=" with 3 more padding columns",
+        check=_invariant_check(spec, "padding_invariance"),
+    )
 
     order = case["permutation"]
     permuted_case = _permuted(case, order)
@@ -1399,12 +1519,14 @@ def _invariants_one(spec: Estimator, ctx: Any, case: dict[str, Any]) -> None:
         [reference.return_scale[j] for j in order],
     )
     _compare(
+        ctx,
         checked,
         permuted_case,
         permuted_reference,
         *permuted,
         tolerance,
         label=" after permuting samples",
+        check=_invariant_check(spec, "permutation"),
     )
 
     if not spec.group_local:
@@ -1416,6 +1538,7 @@ def _invariants_one(spec: Estimator, ctx: Any, case: dict[str, Any]) -> None:
         checked, spec.call(ctx, extended_case, extended_width), n + extra, extended_width
     )
     _compare(
+        ctx,
         checked,
         case,
         reference,
@@ -1423,6 +1546,7 @@ def _invariants_one(spec: Estimator, ctx: Any, case: dict[str, Any]) -> None:
         extended[1][extra:],
         tolerance,
         label=" after adding another group",
+        check=_invariant_check(spec, "group_locality"),
     )
 
 
@@ -1439,6 +1563,11 @@ def _invariants_one(spec: Estimator, ctx: Any, case: dict[str, Any]) -> None:
     strategy=_invariants_case(),
     examples=_INVARIANT_EXAMPLES,
     applies=_applies,
+    checks=(
+        "shape",
+        *(_invariant_check(spec, inv) for spec in ESTIMATORS.values() for inv in _INVARIANTS),
+    ),
+    meets=(*ESTIMATOR_FEATURES, "truncated_sample"),
 )
 def check_invariants(ctx: Any, case: dict[str, Any]) -> None:
     failures: list[ClauseMismatch] = []
@@ -1453,4 +1582,6 @@ def check_invariants(ctx: Any, case: dict[str, Any]) -> None:
     if len(failures) == 1:
         raise first
     others = "; ".join(f.message.splitlines()[0] for f in failures[1:])
-    raise ClauseMismatch(f"{first.message}\n  also: {others}", detail=first.detail)
+    raise ClauseMismatch(
+        f"{first.message}\n  also: {others}", detail=first.detail, check=first.check
+    )
