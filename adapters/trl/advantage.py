@@ -106,16 +106,8 @@ class AdvantageBindings:
 
 
 def _outcome_scores(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """The one score each completion's reward functions return: TRL has no token rewards,
-    so a case whose sample carries more than one nonzero reward on its action tokens is
-    inexpressible; otherwise the score is that reward (or 0)."""
-    action = response_mask.bool()
-    kept = torch.where(action, rewards, torch.zeros_like(rewards))
-    dense = (kept != 0).sum(dim=1) > 1
-    if bool(dense.any()):
-        row = int(dense.nonzero()[0])
-        raise Inexpressible(
-            f"sample {row} has dense token rewards; TRL's reward functions return one "
-            "scalar per completion"
-        )
-    return kept.sum(dim=1)
+    """The one score per completion TRL's reward functions return, from the canonical token
+    rewards: the contract's score_i, the sum of the row's token rewards over the response
+    (tool-output tokens included; token rewards are 0 at padding). TRL never sees token
+    rewards, so this is the layout conversion, summed in float64 and cast back."""
+    return rewards.detach().to(torch.float64).sum(dim=1).to(rewards.dtype)

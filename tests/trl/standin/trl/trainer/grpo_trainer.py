@@ -3,7 +3,8 @@ the postprocess contract's math. Written for rlconform's tests; not TRL's code.
 
 Inputs at positions outside the loss mask are never used (``torch.where`` selects), so
 NaN / inf padding cannot reach a value or a gradient; log-ratios are clamped to +-20, the
-k3 KL clamps ref - logp to +-20 and its value to +-10 (the stand-in test's profile).
+k3 KL clamps ref - logp to +-20 and its value to +-10 before any importance weighting
+(the stand-in test's profile).
 """
 
 from __future__ import annotations
@@ -135,10 +136,9 @@ class GRPOTrainer:
         if self.beta != 0.0:
             ref = torch.where(action, inputs["ref_per_token_logps"], zeros)
             x = torch.clamp(ref - logps, -20.0, 20.0)
-            per_token_kl = torch.exp(x) - x - 1
+            per_token_kl = torch.clamp(torch.exp(x) - x - 1, -10.0, 10.0)
             if self.args.use_bias_correction_kl:
                 per_token_kl = per_token_kl * coef_1
-            per_token_kl = torch.clamp(per_token_kl, -10.0, 10.0)
 
         if self.loss_type == "cispo":
             weight = torch.clamp(coef_1, max=self.epsilon_high).detach()
