@@ -78,7 +78,9 @@ class LossBindings:
             epsilon=clip_ratio_low,
             epsilon_high=clip_ratio_high,
         )
-        loss = self._policy(args, old_log_prob, log_prob, advantages, response_mask, per_token=False)
+        loss = self._policy(
+            args, old_log_prob, log_prob, advantages, response_mask, per_token=False
+        )
         return loss[0], {"clipfrac": loss[1][self.release_table.clip_metric]}
 
     def cispo_loss(
@@ -233,7 +235,9 @@ class LossBindings:
         args = self.shell.config(**fields)
         masks = _micro_batch(loss_mask)
         num_items = (
-            torch.tensor(int(batch_num_tokens)) if batch_num_tokens is not None else _num_items(loss_mask)
+            torch.tensor(int(batch_num_tokens))
+            if batch_num_tokens is not None
+            else _num_items(loss_mask)
         )
         loss, _, _ = self.shell.compute_loss(
             args,

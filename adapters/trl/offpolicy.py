@@ -76,7 +76,11 @@ class OffpolicyBindings:
         if per_sequence is None:
             raise Inexpressible("OPSM reads one advantage per sequence")
         masks = layout.completions(response_mask)
-        mask = masks.completion_mask if masks.tool_mask is None else masks.completion_mask * masks.tool_mask
+        mask = (
+            masks.completion_mask
+            if masks.tool_mask is None
+            else masks.completion_mask * masks.tool_mask
+        )
         keep = self.shell.trainer_cls.get_off_policy_mask(
             advantages=per_sequence.unsqueeze(1),
             per_token_logps=log_prob,

@@ -43,7 +43,11 @@ class Bindings:
 
     @property
     def span(self) -> str:
-        return f"{self.releases[0]} .. {self.releases[-1]}" if len(self.releases) > 1 else self.releases[0]
+        return (
+            f"{self.releases[0]} .. {self.releases[-1]}"
+            if len(self.releases) > 1
+            else self.releases[0]
+        )
 
 
 def _attributes_1_9(args: Any) -> dict[str, Any]:

@@ -47,10 +47,15 @@ def _loss(shell, logps, old, adv, mask, capture=("per_token_loss",), **config):
 def test_gdpo_normalises_over_completions_not_tokens(shell):
     """adv.gdpo: one group, one reward function, scores [0, 1, 2], lengths [1, 1, 3]."""
     args = shell.config(
-        num_generations=3, per_device_train_batch_size=3, multi_objective_aggregation="normalize_then_sum"
+        num_generations=3,
+        per_device_train_batch_size=3,
+        multi_objective_aggregation="normalize_then_sum",
     )
     out, _ = shell.generate_and_score(
-        args, lengths=[1, 1, 3], tool_masks=None, rewards_per_func=torch.tensor([[0.0], [1.0], [2.0]])
+        args,
+        lengths=[1, 1, 3],
+        tool_masks=None,
+        rewards_per_func=torch.tensor([[0.0], [1.0], [2.0]]),
     )
     assert abs(float(out["advantages"][1])) < 1e-6  # TRL: the middle completion gets 0
     # contract: the group-normalised [-1, 0, 1] whitened over the 5 action tokens
@@ -63,7 +68,9 @@ def test_gdpo_normalises_over_completions_not_tokens(shell):
 def test_cispo_clip_metric_ignores_negative_advantages(shell):
     """loss.cispo clipfrac: one token, ratio e (> eps_max 1.28), A = -1."""
     logps = torch.tensor([[0.0]], requires_grad=True)
-    _, _, metrics = _loss(shell, logps, [[-1.0]], [-1.0], [[1]], loss_type="cispo", epsilon_high=1.28)
+    _, _, metrics = _loss(
+        shell, logps, [[-1.0]], [-1.0], [[1]], loss_type="cispo", epsilon_high=1.28
+    )
     assert metrics["cispo_clip_ratio"][-1] == 0.0  # TRL
     _, clipped = oracle.cispo_loss([-1.0], [0.0], [-1.0], [1], clip_low=1.0, clip_high=0.28)
     assert oracle.clip_fraction([clipped], [[1]]) == 1.0  # contract
@@ -73,13 +80,21 @@ def test_gspo_clip_metric_counts_sequences(shell):
     """loss.gspo clipfrac: s0 one unclipped token; s1 two tokens with rho = e^-0.5 < 0.8, A < 0."""
     logps = torch.tensor([[0.0, 0.0], [0.0, -1.0]], requires_grad=True)
     _, _, metrics = _loss(
-        shell, logps, [[0.0, 0.0], [0.0, 0.0]], [-1.0, -1.0], [[1, 0], [1, 1]],
-        loss_type="dapo", importance_sampling_level="sequence",
+        shell,
+        logps,
+        [[0.0, 0.0], [0.0, 0.0]],
+        [-1.0, -1.0],
+        [[1, 0], [1, 1]],
+        loss_type="dapo",
+        importance_sampling_level="sequence",
     )
     assert metrics["clip_ratio/region_mean"][-1] == 0.5  # TRL: 1 of 2 sequences
     flags = [
         oracle.gspo_loss(old, lp, adv, m, clip_low=0.2, clip_high=0.2, log_ratio_max=None)[1]
-        for old, lp, adv, m in (([0.0], [0.0], [-1.0], [1]), ([0.0, 0.0], [0.0, -1.0], [-1.0, -1.0], [1, 1]))
+        for old, lp, adv, m in (
+            ([0.0], [0.0], [-1.0], [1]),
+            ([0.0, 0.0], [0.0, -1.0], [-1.0, -1.0], [1, 1]),
+        )
     ]
     assert oracle.clip_fraction(flags, [[1], [1, 1]]) == pytest.approx(2 / 3)  # contract
 

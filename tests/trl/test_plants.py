@@ -25,7 +25,9 @@ def mutate(monkeypatch, cls, method: str, old: str, new: str) -> None:
     assert source.count(old) == 1, f"{method}: {old!r} not found exactly once"
     namespace: dict = {}
     module = sys.modules[cls.__module__]
-    exec(compile(source.replace(old, new), f"<mutant of {method}>", "exec"), vars(module), namespace)
+    exec(
+        compile(source.replace(old, new), f"<mutant of {method}>", "exec"), vars(module), namespace
+    )
     monkeypatch.setattr(cls, method, namespace[method])
 
 
@@ -36,7 +38,9 @@ def population_nanstd(tensor, dim=None, keepdim=False):
     return torch.std(tensor, dim=dim, correction=0, keepdim=keepdim)
 
 
-def summed_off_policy_mask(advantages, per_token_logps, sampling_per_token_logps, mask, off_policy_threshold):
+def summed_off_policy_mask(
+    advantages, per_token_logps, sampling_per_token_logps, mask, off_policy_threshold
+):
     """Broken: the summed, not the mean, sequence KL is compared with delta."""
     kl = torch.nan_to_num(sampling_per_token_logps - per_token_logps.detach(), nan=0.0)
     seq_kl = (kl * mask).sum(dim=1, keepdim=True)
@@ -61,11 +65,18 @@ PLANTS = {
     ),
     "offpolicy.opsm: summed sequence KL": (
         "offpolicy.opsm",
-        lambda mp, cls: mp.setattr(cls, "get_off_policy_mask", staticmethod(summed_off_policy_mask)),
+        lambda mp, cls: mp.setattr(
+            cls, "get_off_policy_mask", staticmethod(summed_off_policy_mask)
+        ),
         {
             "samples": [
-                {"uid": "s5", "mask": [1, 1, 1], "logp": [-1.0625, -2.0625, -0.5625],
-                 "old": [-1.0, -2.0, -0.5], "advantage": -0.5},
+                {
+                    "uid": "s5",
+                    "mask": [1, 1, 1],
+                    "logp": [-1.0625, -2.0625, -0.5625],
+                    "old": [-1.0, -2.0, -0.5],
+                    "advantage": -0.5,
+                },
             ],
             "pad_value": 0.0,
             "extra_pad": 1,
@@ -75,14 +86,24 @@ PLANTS = {
     "loss.ppo_clip: swapped asymmetric clip range": (
         "loss.ppo_clip",
         lambda mp, cls: mutate(
-            mp, cls, "_compute_loss",
+            mp,
+            cls,
+            "_compute_loss",
             "torch.clamp(coef_1, 1 - self.epsilon_low, 1 + self.epsilon_high)",
             "torch.clamp(coef_1, 1 - self.epsilon_high, 1 + self.epsilon_low)",
         ),
         {
             "clip_low": 0.1,
             "clip_high": 0.28,
-            "samples": [{"uid": "s0", "mask": [1, 1], "old": [-1.0, -1.0], "logp": [-0.5, -1.5], "adv": [1.0, -1.0]}],
+            "samples": [
+                {
+                    "uid": "s0",
+                    "mask": [1, 1],
+                    "old": [-1.0, -1.0],
+                    "logp": [-0.5, -1.5],
+                    "adv": [1.0, -1.0],
+                }
+            ],
             "pad_value": 0.0,
             "extra_pad": 1,
         },
@@ -90,12 +111,16 @@ PLANTS = {
     "offpolicy.is_correction: geometric-mean sequence ratio": (
         "offpolicy.is_correction",
         lambda mp, cls: mutate(
-            mp, cls, "_generate_and_score_completions",
+            mp,
+            cls,
+            "_generate_and_score_completions",
             "per_token_logps_diff.sum(dim=-1, keepdim=True)",
             "per_token_logps_diff.mean(dim=-1, keepdim=True)",
         ),
         {
-            "samples": [{"uid": "s0", "mask": [1, 1], "old": [-0.5, -1.5], "rollout": [-0.25, -1.5]}],
+            "samples": [
+                {"uid": "s0", "mask": [1, 1], "old": [-0.5, -1.5], "rollout": [-0.25, -1.5]}
+            ],
             "pad_value": 0.0,
             "extra_pad": 1,
             "mode": "sequence_truncate",
@@ -106,13 +131,23 @@ PLANTS = {
     "kl.importance_weighted: detached ratio": (
         "kl.importance_weighted",
         lambda mp, cls: mutate(
-            mp, cls, "_compute_loss",
+            mp,
+            cls,
+            "_compute_loss",
             "per_token_kl = per_token_kl * coef_1",
             "per_token_kl = per_token_kl * coef_1.detach()",
         ),
         {
-            "samples": [{"uid": "s0", "mask": [1, 1], "logp": [-1.0, -0.5], "ref": [-1.5, -0.25],
-                         "old": [-1.25, -0.75], "upstream": [1.0, -0.5]}],
+            "samples": [
+                {
+                    "uid": "s0",
+                    "mask": [1, 1],
+                    "logp": [-1.0, -0.5],
+                    "ref": [-1.5, -0.25],
+                    "old": [-1.25, -0.75],
+                    "upstream": [1.0, -0.5],
+                }
+            ],
             "pad_value": 0.0,
             "extra_pad": 0,
             "mode": "k3",
@@ -121,7 +156,9 @@ PLANTS = {
     "agg.token_mean: dp_size multiplied into the normaliser": (
         "agg.token_mean",
         lambda mp, cls: mutate(
-            mp, cls, "_compute_loss",
+            mp,
+            cls,
+            "_compute_loss",
             "/ self.accelerator.num_processes",
             "* self.accelerator.num_processes",
         ),

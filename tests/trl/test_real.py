@@ -74,4 +74,6 @@ def test_real_trl_matches_its_baseline(real_target):
 def test_real_trl_header_names_release_and_bindings(real_target):
     info = real_target.describe()
     assert info["bindings"] == "trl-1.9"
-    assert real_target.runtime.release in info["binding_releases"] or info["binding_releases"].endswith("1.16.0")
+    assert real_target.runtime.release in info["binding_releases"] or info[
+        "binding_releases"
+    ].endswith("1.16.0")

@@ -96,5 +96,7 @@ def test_standin_describe_names_release_and_bindings(standin_target):
 
 @pytest.mark.parametrize("clause_id", ["loss.ppo_clip", "adv.grpo", "offpolicy.is_correction"])
 def test_inexpressible_inputs_are_counted_not_failed(standin_target, clause_id):
+    standin_target.deviations = {}  # the baseline describes real TRL, not the stand-in
     result = run_clause(get(clause_id), standin_target, get_run_profile("ci"))
     assert result.status == "pass", result.message
+    assert "inexpressible" in result.message  # e.g. unequal groups, an empty micro-batch

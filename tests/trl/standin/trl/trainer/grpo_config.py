@@ -59,5 +59,9 @@ class GRPOConfig:
         low, high = self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max
         if low is not None and high is not None and low >= high:
             raise ValueError("vllm_importance_sampling_clip_min must be less than clip_max")
-        if self.vllm_importance_sampling_mode.endswith("_truncate") and low is None and high is None:
+        if (
+            self.vllm_importance_sampling_mode.endswith("_truncate")
+            and low is None
+            and high is None
+        ):
             raise ValueError("a *_truncate mode needs a clip bound")

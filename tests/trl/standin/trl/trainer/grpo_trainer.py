@@ -30,9 +30,15 @@ class GRPOTrainer:
         raise NotImplementedError("the stand-in has no reward functions")
 
     @staticmethod
-    def get_off_policy_mask(advantages, per_token_logps, sampling_per_token_logps, mask, off_policy_threshold):
+    def get_off_policy_mask(
+        advantages, per_token_logps, sampling_per_token_logps, mask, off_policy_threshold
+    ):
         action = mask.bool()
-        kl_div = torch.where(action, sampling_per_token_logps - per_token_logps.detach(), torch.zeros_like(per_token_logps))
+        kl_div = torch.where(
+            action,
+            sampling_per_token_logps - per_token_logps.detach(),
+            torch.zeros_like(per_token_logps),
+        )
         avg_seq_kl = kl_div.sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(min=1)
         return ((advantages >= 0) | (avg_seq_kl <= off_policy_threshold)).to(dtype=mask.dtype)
 
@@ -48,7 +54,9 @@ class GRPOTrainer:
             images,
             tool_images,
         ) = self._generate(prompts)
-        completion_mask = pad([torch.ones(len(ids), dtype=torch.long) for ids in completion_ids_list], 0)
+        completion_mask = pad(
+            [torch.ones(len(ids), dtype=torch.long) for ids in completion_ids_list], 0
+        )
         if tool_mask_list is not None:
             tool_mask = pad([torch.tensor(m, dtype=torch.long) for m in tool_mask_list], 1)
             loss_mask = completion_mask * tool_mask
@@ -63,14 +71,19 @@ class GRPOTrainer:
 
         if self.use_vllm and self.vllm_importance_sampling_correction:
             old, *_ = self._get_per_token_logps_and_entropies(self.model, None, None, width)
-            sampling = pad([torch.tensor(r, dtype=torch.float32) for r in sampling_per_token_logps_list], 0.0)
+            sampling = pad(
+                [torch.tensor(r, dtype=torch.float32) for r in sampling_per_token_logps_list], 0.0
+            )
             per_token_logps_diff = torch.where(action, old - sampling, torch.zeros_like(old))
             mode = self.vllm_importance_sampling_mode
             if mode.startswith("sequence"):
                 ratio = torch.exp(per_token_logps_diff.sum(dim=-1, keepdim=True))
             else:
                 ratio = torch.exp(per_token_logps_diff)
-            low, high = self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max
+            low, high = (
+                self.vllm_importance_sampling_clip_min,
+                self.vllm_importance_sampling_clip_max,
+            )
             if mode.endswith("truncate"):
                 ratio = torch.clamp(ratio, min=low, max=high)
             else:
@@ -84,9 +97,15 @@ class GRPOTrainer:
                 ratio = torch.where(action, ratio, torch.zeros_like(ratio))
             gap = _masked_mean((old - sampling).abs(), action)
             self._metrics["train"]["sampling/sampling_logp_difference/mean"].append(gap.item())
-            output.update(old_per_token_logps=old, importance_sampling_ratio=ratio, sampling_per_token_logps=sampling)
+            output.update(
+                old_per_token_logps=old,
+                importance_sampling_ratio=ratio,
+                sampling_per_token_logps=sampling,
+            )
 
-        rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        rewards_per_func = self._calculate_rewards(
+            inputs, prompts, completions, completion_ids_list
+        )
         weights = self.reward_weights.unsqueeze(0)
         groups = self.num_generations
         if self.multi_objective_aggregation == "sum_then_normalize":
@@ -99,7 +118,9 @@ class GRPOTrainer:
                 advantages = advantages / (std + 1e-4)
         else:
             grouped = rewards_per_func.view(-1, groups, rewards_per_func.shape[1])
-            normalised = (grouped - grouped.mean(dim=1, keepdim=True)) / (nanstd(grouped, dim=1, keepdim=True) + 1e-4)
+            normalised = (grouped - grouped.mean(dim=1, keepdim=True)) / (
+                nanstd(grouped, dim=1, keepdim=True) + 1e-4
+            )
             summed = (normalised.view(-1, rewards_per_func.shape[1]) * weights).sum(dim=1)
             tokens = loss_mask.sum(dim=1).to(summed.dtype)
             count = tokens.sum()
@@ -114,9 +135,13 @@ class GRPOTrainer:
 
     def _compute_loss(self, model, inputs):
         completion_mask = inputs["completion_mask"]
-        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        mask = (
+            completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        )
         action = mask.bool()
-        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(model, None, None, None)
+        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, None, None, None
+        )
         zeros = torch.zeros_like(per_token_logps)
         logps = torch.where(action, per_token_logps, zeros)
         advantages = inputs["advantages"]
@@ -174,7 +199,9 @@ class GRPOTrainer:
         elif self.loss_type == "dr_grpo":
             loss = total / (rows * self.max_completion_length) / steps
         elif self.loss_type in ("cispo", "dapo", "vespo"):
-            normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            normalizer = (
+                inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            )
             normalizer = normalizer * steps / self.args.steps_per_generation
             loss = total / normalizer
         elif self.loss_type == "luspo":

@@ -19,9 +19,13 @@ def nanstd(tensor: torch.Tensor, dim=None, keepdim: bool = False) -> torch.Tenso
     return std if dim is None or keepdim else std.squeeze(dim)
 
 
-def pad(tensors: list[torch.Tensor], padding_value=0, padding_side="right", pad_to_multiple_of=None):
+def pad(
+    tensors: list[torch.Tensor], padding_value=0, padding_side="right", pad_to_multiple_of=None
+):
     width = max((len(t) for t in tensors), default=0)
-    out = torch.full((len(tensors), width), padding_value, dtype=tensors[0].dtype if tensors else torch.long)
+    out = torch.full(
+        (len(tensors), width), padding_value, dtype=tensors[0].dtype if tensors else torch.long
+    )
     for i, row in enumerate(tensors):
         if len(row):
             if padding_side == "right":
