@@ -16,17 +16,56 @@ from rlconform.adapters.trl.manifest import PROFILE, baseline_path
 from rlconform.adapters.trl.releases import TABLES
 
 # clause -> the minimal case, reproduced by hand on TRL's real method (test_findings.py)
+NAN_PAD = "a NaN (inf for cispo) log-prob at a padded position, mask [1, 0], A = 1: TRL's loss and its gradient are NaN; the contract ignores padding"
+MASKED_NAN = "losses [0.5, NaN, -1.5], mask [1, 0, 1]: NaN, contract -0.5 (loss_type dapo; the same sum in grpo, luspo, dr_grpo)"
+
+# (clause, first feature of the entry or "") -> the minimal case, reproduced by hand on
+# TRL's real method (tests/trl/test_findings.py)
 MINIMAL = {
-    "adv.gdpo": "one group, one reward function, scores [0, 1, 2] on completions of 1, 1 and 3 tokens: TRL gives the middle completion 0; whitening over the 5 action tokens gives -0.447",
-    "loss.cispo": "clipfrac: one token, ratio e > eps_max 1.28, A = -1: cispo_clip_ratio 0, contract 1 (every completion's weight is clamped, whatever the sign of A)",
-    "loss.gspo": "clipfrac: s0 one unclipped token, s1 two tokens with rho = e^-0.5 < 0.8 and A < 0: TRL 1/2 (sequences), contract 2/3 (tokens); with a NaN log-prob at padding the loss is NaN",
-    "loss.ppo_clip": "old -100, logp -0.5, A = -2: per-token loss 2 exp(99.5) = inf (contract 2 exp(20)); log-ratio 29.5: 2 exp(29.5) (contract 2 exp(20)); a NaN log-prob at padding: loss and gradient NaN",
-    "loss.dual_clip": "old -100, logp -0.5, A = -2, delta 3: the value is 6 as the contract's, but d/dlogp is NaN (0 * inf through the clamp), contract 0; NaN padding as loss.ppo_clip",
-    "kl.importance_weighted": "logp -100, ref -1, old -0.5: per_token_kl = inf (k3 overflows before the multiplication by exp(-99.5)); the weighted value is exp(-0.5) = 0.607",
-    "agg.token_mean": "losses [0.5, NaN, -1.5], mask [1, 0, 1] (loss_type dapo): NaN, contract -0.5",
-    "agg.seq_mean_token_mean": "rows [1, 2, 3] | [5, 6] | a row without action tokens: loss_type grpo 2.5, contract 3.75",
-    "agg.seq_mean_token_sum": "the same rows: loss_type luspo 5.667, contract 8.5",
-    "agg.seq_mean_token_sum_norm": "the same rows, max_completion_length 2: loss_type dr_grpo 2.833, contract 4.25",
+    (
+        "adv.gdpo",
+        "",
+    ): "one group, one reward function, scores [0, 1, 2] on completions of 1, 1 and 3 tokens: TRL gives the middle completion 0; whitening over the 5 action tokens gives -0.447",
+    (
+        "loss.cispo",
+        "",
+    ): "one token, ratio e > eps_max 1.28, A = -1: cispo_clip_ratio 0, contract 1 (the weight is clamped whatever the sign of A)",
+    ("loss.cispo", "padding_nonfinite"): NAN_PAD,
+    (
+        "loss.gspo",
+        "",
+    ): "s0 one unclipped token, s1 two tokens with rho = e^-0.5 < 0.8 and A < 0: TRL 1/2 (sequences), contract 2/3 (tokens)",
+    ("loss.gspo", "padding_nonfinite"): NAN_PAD,
+    ("loss.ppo_clip", "padding_nonfinite"): NAN_PAD,
+    (
+        "loss.ppo_clip",
+        "extreme_log_ratio",
+    ): "old -100, logp -0.5, A = -2: per-token loss 2 exp(99.5) = inf, contract 2 exp(20); old -30: 2 exp(29.5), contract 2 exp(20)",
+    ("loss.dual_clip", "padding_nonfinite"): NAN_PAD,
+    (
+        "loss.dual_clip",
+        "extreme_log_ratio",
+    ): "old -100, logp -0.5, A = -2, delta 3: the value is 6 as the contract's, but d/dlogp is NaN (0 * inf through the clamp), contract 0",
+    (
+        "kl.importance_weighted",
+        "overflow",
+    ): "logp -100, ref -1, old -0.5: per_token_kl = inf (k3 overflows before the multiplication by exp(-99.5)); the weighted value is exp(-0.5) = 0.607",
+    ("agg.token_mean", "padding_nonfinite"): MASKED_NAN,
+    (
+        "agg.seq_mean_token_mean",
+        "actionless_sample",
+    ): "rows [1, 2, 3] | [5, 6] | a row without action tokens: loss_type grpo 2.5, contract 3.75",
+    (
+        "agg.seq_mean_token_sum",
+        "actionless_sample",
+    ): "the same rows: loss_type luspo 5.667, contract 8.5",
+    (
+        "agg.seq_mean_token_sum_norm",
+        "actionless_sample",
+    ): "the same rows, max_completion_length 2: loss_type dr_grpo 2.833, contract 4.25",
+    ("agg.seq_mean_token_mean", "padding_nonfinite"): MASKED_NAN,
+    ("agg.seq_mean_token_sum", "padding_nonfinite"): MASKED_NAN,
+    ("agg.seq_mean_token_sum_norm", "padding_nonfinite"): MASKED_NAN,
 }
 
 INTRO = """## Adapter notes (TRL)
@@ -64,6 +103,10 @@ TAIL = """### Not bound (skipped) and why
 """
 
 
+def _key(clause_id: str, entry: Any) -> tuple[str, str]:
+    return (clause_id, entry.features[0] if entry.features else "")
+
+
 def _cell(text: Any) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
@@ -91,10 +134,20 @@ def render(report: dict[str, Any]) -> str:
     for clause_id, deviations in entries.items():
         result = statuses.get(clause_id, {})
         for entry in deviations:
+            seen = next(
+                (
+                    d
+                    for d in result.get("deviations") or []
+                    if tuple(d.get("checks", ())) == entry.checks
+                    and tuple(d.get("features", ())) == entry.features
+                ),
+                {},
+            )
+            observed = "observed" if seen.get("observed") else "NOT observed"
             out += (
-                f"| `{clause_id}` | {result.get('status', '-')} | {result.get('severity') or '-'} | "
+                f"| `{clause_id}` | {result.get('status', '-')} ({observed}) | {seen.get('severity') or '-'} | "
                 f"{', '.join(entry.checks)} | {', '.join(entry.features) or 'any case'} | "
-                f"{_cell(entry.rationale)} | {_cell(MINIMAL.get(clause_id, ''))} |\n"
+                f"{_cell(entry.rationale)} | {_cell(MINIMAL.get(_key(clause_id, entry), ''))} |\n"
             )
     return out + "\n" + TAIL
 

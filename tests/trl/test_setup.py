@@ -65,3 +65,16 @@ def test_missing_trainer_module_is_a_setup_error(tmp_path, isolated_imports):
     root = _fake_trl(tmp_path, "1.16.0")
     with pytest.raises(SetupError, match="cannot import GRPOTrainer"):
         load(framework_path=str(root))
+
+
+def test_shipped_baseline_is_valid_and_every_entry_has_its_minimal_case():
+    from rlconform.adapters.trl.manifest import baseline_path
+    from rlconform.adapters.trl.notes import MINIMAL, _key
+    from rlconform.conformance import baseline
+
+    entries = baseline.load(baseline_path("1.16.0"))
+    assert entries, "trl-1.16.0.toml declares nothing"
+    for clause_id, deviations in entries.items():
+        for entry in deviations:
+            assert entry.checks, clause_id  # never a whole clause
+            assert _key(clause_id, entry) in MINIMAL, (clause_id, entry)
