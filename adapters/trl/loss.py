@@ -52,6 +52,11 @@ class LossBindings:
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """The clipped surrogate of loss_type dapo (grpo, bnpo, dr_grpo and luspo share the
         per-token formula); ``delta`` (two-sided clipping) is TRL's form of the dual clip."""
+        if clip_ratio_c is not None and clip_ratio_c <= 1.0 + clip_ratio_high:
+            raise Inexpressible(
+                f"TRL's delta caps the ratio of every token; it is the dual clip only above "
+                f"1 + epsilon_high ({1.0 + clip_ratio_high}), not at {clip_ratio_c}"
+            )
         args = self.shell.config(
             loss_type="dapo",
             epsilon=clip_ratio_low,
