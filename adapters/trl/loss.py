@@ -52,19 +52,17 @@ class LossBindings:
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """The clipped surrogate of loss_type dapo (grpo, bnpo, dr_grpo and luspo share the
         per-token formula); ``delta`` (two-sided clipping) is TRL's form of the dual clip."""
-        if clip_ratio_c is not None and clip_ratio_c <= 1.0 + clip_ratio_high:
-            raise Inexpressible(
-                f"TRL's delta caps the ratio of every token; it is the dual clip only above "
-                f"1 + epsilon_high ({1.0 + clip_ratio_high}), not at {clip_ratio_c}"
-            )
-        args = self.shell.config(
-            loss_type="dapo",
-            epsilon=clip_ratio_low,
-            epsilon_high=clip_ratio_high,
-            delta=clip_ratio_c,
+        mode = "ppo_clip" if clip_ratio_c is None else "dual_clip"
+        return self._per_token(
+            mode,
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            clip_ratio_low,
+            clip_ratio_high,
+            clip_ratio_c,
         )
-        loss = self._policy(args, old_log_prob, log_prob, advantages, response_mask, per_token=True)
-        return loss[0], {"clipfrac": loss[1][self.release_table.clip_metric]}
 
     def gspo_loss(
         self,
@@ -77,16 +75,16 @@ class LossBindings:
         clip_ratio_high: float,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """importance_sampling_level='sequence' (GSPO), loss_type dapo."""
-        args = self.shell.config(
-            loss_type="dapo",
-            importance_sampling_level="sequence",
-            epsilon=clip_ratio_low,
-            epsilon_high=clip_ratio_high,
+        return self._per_token(
+            "gspo",
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            clip_ratio_low,
+            clip_ratio_high,
+            None,
         )
-        loss = self._policy(
-            args, old_log_prob, log_prob, advantages, response_mask, per_token=False
-        )
-        return loss[0], {"clipfrac": loss[1][self.release_table.clip_metric]}
 
     def cispo_loss(
         self,
@@ -100,25 +98,89 @@ class LossBindings:
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """loss_type cispo: TRL's ``epsilon_high`` is the weight's upper bound itself (the
         ScaleRL eps_max), so the contract's 1 + eps_high is passed; TRL has no lower bound."""
-        if 1.0 - clip_ratio_low > 0.0:
-            raise Inexpressible(
-                f"TRL's cispo clamps the weight from above only; a lower bound "
-                f"1 - {clip_ratio_low} > 0 cannot be set"
-            )
-        args = self.shell.config(loss_type="cispo", epsilon_high=1.0 + clip_ratio_high)
-        loss = self._policy(args, old_log_prob, log_prob, advantages, response_mask, per_token=True)
-        return loss[0], {"clipfrac": loss[1][self.release_table.cispo_clip_metric]}
+        return self._per_token(
+            "cispo",
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            clip_ratio_low,
+            clip_ratio_high,
+            None,
+        )
 
-    def _policy(
+    def policy_loss_reduced(
         self,
-        args: Any,
+        mode: str,
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        clip_ratio_low: float,
+        clip_ratio_high: float,
+        clip_ratio_c: float | None = None,
+        global_batch_info: dict[str, Any],
+    ) -> torch.Tensor:
+        """The scalar ``_compute_loss`` returns for one micro-batch: the loss ``mode``
+        aggregated by the loss_type of the profile's ``loss_agg_mode`` (TRL's default dapo:
+        token-mean over num_items_in_batch), with the mini-batch's global denominators."""
+        fields = _loss_fields(mode, clip_ratio_low, clip_ratio_high, clip_ratio_c)
+        agg_mode = self.profile.get("loss_agg_mode", "token-mean")
+        loss_type = AGG_LOSS_TYPES.get(agg_mode)
+        if fields["loss_type"] == "cispo":
+            if loss_type != "dapo":
+                raise Unsupported(f"TRL's cispo aggregates as token-mean only, not {agg_mode!r}")
+        elif loss_type is None:
+            raise Unsupported(f"TRL has no loss_type that aggregates as {agg_mode!r}")
+        else:
+            fields["loss_type"] = loss_type
+        loss, _, _ = self._run(
+            fields,
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            per_token=mode != "gspo",
+            denominators=global_batch_info,
+        )
+        return loss
+
+    def _per_token(
+        self,
+        mode: str,
+        old: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        clip_low: float,
+        clip_high: float,
+        clip_c: float | None,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        fields = _loss_fields(mode, clip_low, clip_high, clip_c)
+        _, per_token_loss, metrics = self._run(
+            fields, old, log_prob, advantages, response_mask, per_token=mode != "gspo"
+        )
+        key = (
+            self.release_table.cispo_clip_metric
+            if fields["loss_type"] == "cispo"
+            else self.release_table.clip_metric
+        )
+        clipfrac = torch.tensor(last_metric(metrics, key), dtype=torch.float64)
+        return per_token_loss, {"clipfrac": clipfrac}
+
+    def _run(
+        self,
+        fields: dict[str, Any],
         old: torch.Tensor,
         log_prob: torch.Tensor,
         advantages: torch.Tensor,
         response_mask: torch.Tensor,
         *,
         per_token: bool,
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        denominators: dict[str, Any] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, list[float]]]:
+        """One ``_compute_loss`` call: (its scalar, its per-token loss (B, T), its metrics)."""
         masks = _micro_batch(response_mask)
         per_sequence = layout.per_sequence(advantages, response_mask)
         if per_sequence is None and not per_token:
@@ -129,24 +191,19 @@ class LossBindings:
         # (B,) as GRPOTrainer's own advantages; (B, T) where they vary per token (the
         # shape _compute_loss accepts for subclasses).
         given = per_sequence if per_sequence is not None else advantages
+        run = _denominators(fields, response_mask, denominators or {})
         loss, captured, metrics = self.shell.compute_loss(
-            args,
+            self.shell.config(**fields),
             logps=log_prob,
             completion_mask=masks.completion_mask,
             tool_mask=masks.tool_mask,
             advantages=given,
             old=old,
-            num_items=_num_items(response_mask),
             capture=(self.release_table.loss_local,),
+            **run,
         )
-        per_token_loss = captured[self.release_table.loss_local]
-        value = per_token_loss.expand(response_mask.shape)
-        clip = {
-            key: torch.tensor(last_metric(metrics, key), dtype=torch.float64)
-            for key in (self.release_table.clip_metric, self.release_table.cispo_clip_metric)
-            if metrics.get(key)
-        }
-        return value, clip
+        per_token_loss = captured[self.release_table.loss_local].expand(response_mask.shape)
+        return loss, per_token_loss, metrics
 
     # -- KL -----------------------------------------------------------------------------
 
@@ -221,38 +278,21 @@ class LossBindings:
         if batch == 0:
             raise Inexpressible("TRL's micro-batches hold at least one completion")
         fields: dict[str, Any] = {"loss_type": loss_type}
-        if loss_type == "dr_grpo" and loss_scale_factor is not None:
-            fields["max_completion_length"] = int(loss_scale_factor)
-            if fields["max_completion_length"] != loss_scale_factor:
-                raise Inexpressible(f"max_completion_length is an integer, not {loss_scale_factor}")
-        accumulation = 1
-        if loss_type in _PER_SEQUENCE and global_batch_size is not None:
-            # an optimizer step of dp_size ranks x accumulation_steps micro-batches of
-            # per_device_train_batch_size completions each: TRL's only global denominator
-            steps, rest = divmod(int(global_batch_size), dp_size * batch)
-            if rest or steps < 1:
-                raise Inexpressible(
-                    f"TRL's {loss_type} divides by the micro-batch's {batch} sequences times "
-                    f"gradient_accumulation_steps; a global batch of {global_batch_size} "
-                    f"sequences over {dp_size} ranks is no whole number of such micro-batches"
-                )
-            accumulation = steps
-        args = self.shell.config(**fields)
+        denominators = {
+            "dp_size": dp_size,
+            "batch_num_tokens": batch_num_tokens,
+            "global_batch_size": global_batch_size,
+            "loss_scale_factor": loss_scale_factor,
+        }
+        run = _denominators(fields, loss_mask, denominators)
         masks = _micro_batch(loss_mask)
-        num_items = (
-            torch.tensor(int(batch_num_tokens))
-            if batch_num_tokens is not None
-            else _num_items(loss_mask)
-        )
         loss, _, _ = self.shell.compute_loss(
-            args,
+            self.shell.config(**fields),
             logps=torch.zeros_like(loss_mat, dtype=loss_mat.dtype).detach(),
             completion_mask=masks.completion_mask,
             tool_mask=masks.tool_mask,
             advantages=-loss_mat,
-            num_items=num_items,
-            num_processes=dp_size,
-            accumulation_steps=accumulation,
+            **run,
         )
         return loss
 
@@ -264,6 +304,73 @@ class LossBindings:
             "batch_num_tokens": int(_num_items(loss_mask)),
             "global_batch_size": int(loss_mask.shape[0]),
         }
+
+
+def _loss_fields(
+    mode: str, clip_low: float, clip_high: float, clip_c: float | None
+) -> dict[str, Any]:
+    """GRPOConfig fields of the policy loss ``mode`` (its per-token formula)."""
+    if mode in ("ppo_clip", "dual_clip"):
+        if clip_c is not None and clip_c <= 1.0 + clip_high:
+            raise Inexpressible(
+                f"TRL's delta caps the ratio of every token; it is the dual clip only above "
+                f"1 + epsilon_high ({1.0 + clip_high}), not at {clip_c}"
+            )
+        return {
+            "loss_type": "dapo",
+            "epsilon": clip_low,
+            "epsilon_high": clip_high,
+            "delta": clip_c,
+        }
+    if mode == "gspo":
+        return {
+            "loss_type": "dapo",
+            "importance_sampling_level": "sequence",
+            "epsilon": clip_low,
+            "epsilon_high": clip_high,
+        }
+    if mode == "cispo":
+        if 1.0 - clip_low > 0.0:
+            raise Inexpressible(
+                f"TRL's cispo clamps the weight from above only; a lower bound "
+                f"1 - {clip_low} > 0 cannot be set"
+            )
+        return {"loss_type": "cispo", "epsilon_high": 1.0 + clip_high}
+    raise Unsupported(f"TRL has no {mode!r} policy loss")
+
+
+def _denominators(
+    fields: dict[str, Any], loss_mask: torch.Tensor, given: dict[str, Any]
+) -> dict[str, Any]:
+    """The contract's global denominators as TRL's inputs: ``num_items_in_batch`` (the token
+    count of dapo / cispo), ``num_processes`` (dp_size), ``gradient_accumulation_steps``
+    (grpo / luspo / dr_grpo: the global sequence count is dp_size x steps x the micro-batch's
+    rows) and ``max_completion_length`` (dr_grpo's constant). Sets the last in ``fields``."""
+    batch = int(loss_mask.shape[0])
+    dp_size = int(given.get("dp_size") or 1)
+    loss_type = fields["loss_type"]
+    scale = given.get("loss_scale_factor")
+    if loss_type == "dr_grpo" and scale is not None:
+        if int(scale) != scale:
+            raise Inexpressible(f"max_completion_length is an integer, not {scale}")
+        fields["max_completion_length"] = int(scale)
+    accumulation = 1
+    sequences = given.get("global_batch_size")
+    if loss_type in _PER_SEQUENCE and sequences is not None:
+        steps, rest = divmod(int(sequences), dp_size * batch)
+        if rest or steps < 1:
+            raise Inexpressible(
+                f"TRL's {loss_type} divides by the micro-batch's {batch} sequences times "
+                f"gradient_accumulation_steps; a global batch of {sequences} sequences over "
+                f"{dp_size} ranks is no whole number of such micro-batches"
+            )
+        accumulation = steps
+    tokens = given.get("batch_num_tokens")
+    return {
+        "num_items": torch.tensor(int(tokens)) if tokens is not None else _num_items(loss_mask),
+        "num_processes": dp_size,
+        "accumulation_steps": accumulation,
+    }
 
 
 def _micro_batch(response_mask: torch.Tensor) -> layout.Completions:

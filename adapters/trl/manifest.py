@@ -22,6 +22,7 @@ PROFILE = Profile(
         "gspo_log_ratio_max": None,  # importance_sampling_level="sequence": exp(mean), unclamped
         "is_sequence_log_ratio": "sum",  # sequence_* modes: exp of the summed log-ratios
         "logprob_gap_reduction": "token_mean",  # mean |old - sampling| over loss-mask tokens
+        "loss_agg_mode": "token-mean",  # loss_type dapo (TRL's default): num_items_in_batch
         "agg_norm_length": 512,  # dr_grpo divides by max_completion_length (default 512)
         "whiten_degenerate": "zeros",  # normalize_then_sum: one completion -> std 0 -> 0
     },
@@ -55,6 +56,11 @@ BINDINGS: dict[str, dict[str, object]] = {
     "cispo_loss": {
         "functions": [_LOSS],
         "path": f"{_LOSS_PATH} (loss_type='cispo', epsilon_high = 1 + eps_high; metric cispo_clip_ratio)",
+    },
+    "policy_loss_reduced": {
+        "functions": [_LOSS],
+        "path": f"{_LOSS_PATH} (the returned scalar; loss_type dapo, num_items_in_batch, "
+        "num_processes)",
     },
     "kl_penalty": {
         "functions": [_LOSS],

@@ -121,16 +121,16 @@ def test_unclamped_log_ratio(shell):
     """loss.ppo_clip / loss.dual_clip: old -100, logp -0.5, A = -2."""
     logps = torch.tensor([[-0.5]], requires_grad=True)
     _, captured, _ = _loss(shell, logps, [[-100.0]], [-2.0], [[1]], loss_type="dapo")
-    assert math.isinf(float(captured["per_token_loss"][0, 0]))  # TRL: 2 exp(99.5) = inf
+    assert math.isinf(float(captured["per_token_loss"][0, 0].detach()))  # TRL: 2 exp(99.5) = inf
     assert math.isfinite(2.0 * math.exp(20.0))  # contract: ratio capped at exp(20)
     # log-ratio 29.5 (no float overflow): TRL 2 exp(29.5), the contract 2 exp(20)
     logps = torch.tensor([[-0.5]], requires_grad=True)
     _, captured, _ = _loss(shell, logps, [[-30.0]], [-2.0], [[1]], loss_type="dapo")
-    assert float(captured["per_token_loss"][0, 0]) == pytest.approx(2 * math.exp(29.5), rel=1e-5)
+    assert float(captured["per_token_loss"][0, 0].detach()) == pytest.approx(2 * math.exp(29.5), rel=1e-5)
     # dual clip (delta 3): the value is capped at 3 |A| = 6, the gradient is NaN (contract 0)
     logps = torch.tensor([[-0.5]], requires_grad=True)
     loss, captured, _ = _loss(shell, logps, [[-100.0]], [-2.0], [[1]], loss_type="dapo", delta=3.0)
-    assert float(captured["per_token_loss"][0, 0]) == 6.0
+    assert float(captured["per_token_loss"][0, 0].detach()) == 6.0
     (grad,) = torch.autograd.grad(loss, logps)
     assert math.isnan(float(grad[0, 0]))
 
@@ -150,7 +150,7 @@ def test_bias_corrected_k3_overflows(shell):
         num_items=torch.tensor(1),
         capture=("per_token_kl",),
     )
-    assert math.isinf(float(captured["per_token_kl"][0, 0]))  # TRL: inf * exp(-99.5)
+    assert math.isinf(float(captured["per_token_kl"][0, 0].detach()))  # TRL: inf * exp(-99.5)
     contract = math.exp(-99.5) * (math.exp(99.0) - 99.0 - 1.0)
     assert contract == pytest.approx(math.exp(-0.5), rel=1e-9)
 

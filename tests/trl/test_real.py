@@ -21,19 +21,23 @@ pytestmark = pytest.mark.skipif(
 
 # Clauses whose cases TRL's interface can express but whose check the engine cannot run
 # on this target yet (see the report): none may be silently dropped, so they are named.
+_REDUCED = ("/reduced:", "/shard_invariance:")
 ENGINE_LIMITED = {
     # the gloo sub-cases bundle 'token-sum', which TRL lacks: the Unsupported raised on a
     # gloo rank comes back as an error instead of a skip
-    "agg.shard_invariance": "TRL has no loss_type that aggregates as 'token-sum' (on gloo rank",
+    "agg.shard_invariance": ("TRL has no loss_type that aggregates as 'token-sum' (on gloo rank",),
+    # the checks 'reduced' / 'shard_invariance' of policy_loss_reduced are run but not listed
+    # among the clauses' checks, so the baseline cannot declare what they observe (NaN
+    # padding reaches TRL's scalar; see the comment at the end of the baseline file)
+    "loss.ppo_clip": _REDUCED,
+    "loss.dual_clip": _REDUCED,
+    "loss.gspo": _REDUCED,
+    "loss.cispo": _REDUCED,
 }
 
 BASELINED = (
     "adv.gdpo",
     "kl.importance_weighted",
-    "loss.ppo_clip",
-    "loss.dual_clip",
-    "loss.gspo",
-    "loss.cispo",
     "agg.token_mean",
     "agg.seq_mean_token_mean",
     "agg.seq_mean_token_sum",
@@ -61,10 +65,10 @@ def test_real_trl_matches_its_baseline(real_target):
         assert results[clause_id].status == "pass", (clause_id, results[clause_id].message)
     for clause_id, message in ENGINE_LIMITED.items():
         result = results[clause_id]
-        if result.status != "error":  # the engine learnt to skip it: update this test
+        if result.status in ("fail", "error"):
+            assert any(m in result.message for m in message), (clause_id, result.message)
+        else:  # the engine learnt it: move the clause to BASELINED / PASSING
             assert result.status in ("pass", "deviation", "skip"), (clause_id, result.message)
-        else:
-            assert message in result.message, result.message
     bound = set(BASELINED) | set(PASSING) | set(ENGINE_LIMITED)
     for result in report.clauses:
         if result.id not in bound:
