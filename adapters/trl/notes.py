@@ -92,10 +92,10 @@ TAIL = """### Not bound (skipped) and why
 - `mask.*`, `layout.*`, `schema.*`, `filter.*`, `batch.*`, `metrics.*`, `reward.place_*`, `reward.normalize_batch`: TRL builds its masks and padding inline from the generated token lists (`trl.trainer.utils.pad`), has no reward placement (one scalar per completion), no batch container and no filter; `scale_rewards='batch'` (group mean, batch std) and the `sum_then_normalize` weighting of several reward functions have no clause (adv.grpo takes token rewards of one reward).
 - `purity.*`: run on every bound operation.
 
-### Engine limitations met
+### Engine notes
 
 - `loss.ppo_clip`, `loss.dual_clip`, `loss.gspo`, `loss.cispo` fail on the check `reduced` (and `shard_invariance`): `policy_loss_reduced` is bound to the scalar `_compute_loss` returns, and with NaN/inf padding that scalar is NaN (TRL masks by multiplication, as in `agg.token_mean`); the clauses run these checks without listing them among their checks, so the baseline cannot declare them. The entries they need are listed at the end of `adapters/trl/baselines/trl-1.16.0.toml`; among them `reduced` on `extreme_log_ratio` is edge: a log-ratio of 29.5 with A < 0 gives TRL's scalar 2.4e10 where the contract's clamp gives 1.6e8.
-- `agg.shard_invariance` errors: its pinned gloo cases bundle the `token-sum` mode in one world; the `Unsupported` an operation raises on a gloo rank comes back as an error, not as a skip of that sub-case (`conformance/clauses/aggregate.py`, `_problem` / `_raise_remote`). Every in-process case runs (token-mean passes with TRL's global `num_items_in_batch`; grpo / luspo / dr_grpo shards of unequal size are inexpressible).
+- `agg.shard_invariance` passes (in-process and on gloo ranks): token-mean through TRL's global `num_items_in_batch`; grpo / luspo / dr_grpo shards of unequal size are inexpressible (TRL's micro-batches all hold per_device_train_batch_size rows), equal ones give TRL's own full-batch value.
 
 ### Contract questions raised
 

@@ -23,9 +23,6 @@ pytestmark = pytest.mark.skipif(
 # on this target yet (see the report): none may be silently dropped, so they are named.
 _REDUCED = ("/reduced:", "/shard_invariance:")
 ENGINE_LIMITED = {
-    # the gloo sub-cases bundle 'token-sum', which TRL lacks: the Unsupported raised on a
-    # gloo rank comes back as an error instead of a skip
-    "agg.shard_invariance": ("TRL has no loss_type that aggregates as 'token-sum' (on gloo rank",),
     # the checks 'reduced' / 'shard_invariance' of policy_loss_reduced are run but not listed
     # among the clauses' checks, so the baseline cannot declare what they observe (NaN
     # padding reaches TRL's scalar; see the comment at the end of the baseline file)
@@ -52,6 +49,7 @@ PASSING = (
     "offpolicy.opsm",
     "offpolicy.is_correction",
     "offpolicy.logprob_gap",
+    "agg.shard_invariance",
 )
 
 
