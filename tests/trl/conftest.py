@@ -45,6 +45,15 @@ def real_trl_skip_reason() -> str | None:
         return "TRL is not installed (pip install 'rlconform[trl]')"
     if str(STANDIN) in str(spec.origin):
         return "only the stand-in is importable"
+    from importlib.metadata import PackageNotFoundError, version
+
+    from rlconform.adapters.base import SetupError
+    from rlconform.adapters.trl.releases import bindings_for
+
+    try:
+        bindings_for(version("trl"))
+    except (PackageNotFoundError, SetupError) as exc:
+        return f"the installed TRL is not certifiable here: {exc}"
     return None
 
 
