@@ -126,7 +126,9 @@ def test_unclamped_log_ratio(shell):
     # log-ratio 29.5 (no float overflow): TRL 2 exp(29.5), the contract 2 exp(20)
     logps = torch.tensor([[-0.5]], requires_grad=True)
     _, captured, _ = _loss(shell, logps, [[-30.0]], [-2.0], [[1]], loss_type="dapo")
-    assert float(captured["per_token_loss"][0, 0].detach()) == pytest.approx(2 * math.exp(29.5), rel=1e-5)
+    assert float(captured["per_token_loss"][0, 0].detach()) == pytest.approx(
+        2 * math.exp(29.5), rel=1e-5
+    )
     # dual clip (delta 3): the value is capped at 3 |A| = 6, the gradient is NaN (contract 0)
     logps = torch.tensor([[-0.5]], requires_grad=True)
     loss, captured, _ = _loss(shell, logps, [[-100.0]], [-2.0], [[1]], loss_type="dapo", delta=3.0)
