@@ -25,6 +25,24 @@ def response_mask_without_layout_check(self, attention_mask, response_width):
     return attention_mask[:, attention_mask.shape[-1] - response_width :].clone()
 
 
+def response_mask_rejecting_holes(self, attention_mask, response_width):
+    """The old reading of the layout: any 0 before a 1 in the response part is a violation,
+    so a tool observation inside the response is refused."""
+    response = attention_mask[:, attention_mask.shape[-1] - response_width :]
+    if bool((response[:, 1:] > response[:, :-1]).any()):
+        raise ValueError("response part is not right-padded")
+    return self.response_mask_from_attention(attention_mask, response_width)
+
+
+def response_mask_accepting_left_padding(self, attention_mask, response_width):
+    """Checks values and the prompt part, but reads a left-padded response as holes."""
+    mask = attention_mask.to(torch.int64)
+    prompt = mask[:, : mask.shape[-1] - response_width]
+    if bool(((mask != 0) & (mask != 1)).any()) or bool((prompt[:, 1:] < prompt[:, :-1]).any()):
+        raise ValueError("attention_mask violates the padded layout")
+    return mask[:, mask.shape[-1] - response_width :].clone()
+
+
 def rejection_without_message(self, attention_mask, response_width):
     try:
         return self.response_mask_from_attention(attention_mask, response_width)
@@ -83,7 +101,23 @@ def test_layout_violation_silently_used_is_caught(torchref):
         torchref, response_mask_from_attention=response_mask_without_layout_check
     )
     result = assert_caught(broken, "mask.response_from_attention")
-    assert "not detected" in result.message
+    assert "not detected" in result.message and result.check == "rejects_violation"
+
+
+def test_hole_inside_the_response_refused_is_caught(torchref):
+    broken = with_overrides(torchref, response_mask_from_attention=response_mask_rejecting_holes)
+    result = certify_one(broken, "mask.response_from_attention")
+    assert result.status == "error" and result.check == "runs", result.message
+    assert "mask_holes" in result.features
+
+
+def test_left_padded_response_read_as_holes_is_caught(torchref):
+    broken = with_overrides(
+        torchref, response_mask_from_attention=response_mask_accepting_left_padding
+    )
+    result = assert_caught(broken, "mask.response_from_attention")
+    assert result.check == "rejects_violation" and result.severity == "hardening"
+    assert "does not start at its first column" in result.message
 
 
 def test_rejection_without_message_is_caught(torchref):
@@ -95,16 +129,20 @@ def test_masked_mean_over_all_positions_is_caught(torchref):
     broken = with_overrides(torchref, masked_mean=masked_mean_over_all_positions)
     result = assert_caught(broken, "mask.loss")
     assert "masked mean" in result.message
+    assert result.check == "masked_mean" and result.severity == "nominal"
 
 
 def test_masked_mean_leaking_nan_is_caught(torchref):
     broken = with_overrides(torchref, masked_mean=masked_mean_multiplying_mask)
-    assert_caught(broken, "mask.loss")
+    result = assert_caught(broken, "mask.loss")
+    assert result.check == "masked_mean" and result.severity == "hardening"
 
 
 def test_valid_mask_reading_padding_is_caught(torchref):
     broken = with_overrides(torchref, valid_token_mask=valid_mask_reading_padded_loss_mask)
-    assert "padding is not zero" in assert_caught(broken, "mask.loss").message
+    result = assert_caught(broken, "mask.loss")
+    assert "padding is not zero" in result.message
+    assert result.check == "valid_padding" and "layout_violation" in result.features
 
 
 def test_valid_mask_ignoring_keep_is_caught(torchref):
