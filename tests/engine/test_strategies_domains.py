@@ -24,6 +24,10 @@ CLAUSES = (
     "mask.response_from_attention",
     "mask.loss",
     "mask.multi_turn",
+    "logprob.alignment",
+    "logprob.sampling_distribution",
+    "logprob.keep_sampling_mask",
+    "entropy.from_logits",
 )
 
 DRAWS = 30
