@@ -31,6 +31,10 @@ CLAUSES = (
     "logprob.sampling_distribution",
     "logprob.keep_sampling_mask",
     "entropy.from_logits",
+    "metrics.response_length",
+    "metrics.validation_at_n",
+    "metrics.reduce",
+    "metrics.token_accounting",
 )
 
 DRAWS = 30
