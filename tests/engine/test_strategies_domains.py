@@ -20,6 +20,13 @@ from rlconform.conformance.runner import case_domain, pinned_cases, resolve_stra
 
 # Clause ids whose strategies are domain-aware (one area at a time joins the list).
 CLAUSES = (
+    "schema.normalize",
+    "schema.alignment",
+    "schema.output",
+    "filter.reasons",
+    "filter.stats",
+    "filter.order",
+    "filter.before_normalize",
     "mask.response_from_eos",
     "mask.response_from_attention",
     "mask.loss",
