@@ -46,6 +46,10 @@ CLAUSES = (
     "metrics.validation_at_n",
     "metrics.reduce",
     "metrics.token_accounting",
+    "purity.no_mutation",
+    "purity.idempotent",
+    "purity.deterministic",
+    "purity.order",
 )
 
 DRAWS = 30
