@@ -444,9 +444,10 @@ _SAMPLING_EXAMPLES = (
     "logprob.sampling_distribution",
     title="Behaviour log-prob from the distribution actually sampled",
     statement="""The behaviour log-prob is taken from the distribution actually sampled: logits /
-    temperature, restricted to the top-k / top-p support and renormalised. Worked: p =
-    [0.8, 0.2], temperature 2 -> [2/3, 1/3]; a new policy giving the second token 0.25 has
-    ratio 0.75, the raw 0.2 would give 1.25.""",
+    temperature, restricted to the top-k / top-p support and renormalised (exact top-p ties,
+    where the mass before a token equals top_p, are outside the contract: cases avoid them).
+    Worked: p = [0.8, 0.2], temperature 2 -> [2/3, 1/3]; a new policy giving the second
+    token 0.25 has ratio 0.75, the raw 0.2 would give 1.25.""",
     ops=("sampling_logprobs",),
     strategy=_sampling_case(),
     examples=_SAMPLING_EXAMPLES,
