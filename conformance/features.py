@@ -375,22 +375,8 @@ def _is_run(values: list[Any], first: int, second: int) -> bool:
     return True
 
 
-def response_holes(response: list[Any]) -> bool | None:
-    """The response part of an attention row: None when it breaks the layout (a value other
-    than 0/1, or a 0 before its first 1: left padding), else whether it has holes (0s
-    between two 1s; CONTRACT mask.response_from_attention: holes only inside the response)."""
-    if any(v not in (0, 1) for v in response):
-        return None
-    ones = [t for t, v in enumerate(response) if v == 1]
-    if ones and ones[0] != 0:
-        return None
-    return bool(ones) and len(ones) != ones[-1] + 1
-
-
 def _layout_features(case: dict[str, Any]) -> set[str]:
-    """Attention-mask ``rows`` split by the case's ``response_width``: the prompt part must be
-    left-padded (``0...0 1...1``), the response part starts at its first column and may have
-    holes inside (tool observations), never before its first token."""
+    """Attention-mask ``rows`` split by the case's ``response_width``."""
     width = case.get("response_width")
     rows = case.get("rows")
     if not isinstance(rows, list) or not isinstance(width, int):
@@ -400,24 +386,16 @@ def _layout_features(case: dict[str, Any]) -> set[str]:
         found.add("zero_width")
     if not rows:
         found.add("no_samples")
-    longest = 0
     for row in rows:
         attention = row.get("attention") if isinstance(row, dict) else None
         if not isinstance(attention, list):
             continue
         split = len(attention) - width
         prompt, response = attention[:split], attention[split:]
-        holes = response_holes(response)
-        if not _is_run(prompt, 0, 1) or holes is None:
+        if not (_is_run(prompt, 0, 1) and _is_run(response, 1, 0)):
             found.add("layout_violation")
-            continue
-        if holes:
-            found.add("mask_holes")
-        if not any(response):
+        elif not any(response):
             found.add("empty_response")
-        longest = max(longest, max((t + 1 for t, v in enumerate(response) if v), default=0))
-    if rows and "layout_violation" not in found and 0 < longest < width:
-        found.add("extra_padding")
     return found
 
 

@@ -35,11 +35,9 @@ def response_mask_from_attention(
     """mask.response_from_attention: the last R columns of a conforming attention row.
 
     The row is P prompt columns then R response columns. Conforming means: every value
-    is 0 or 1, the prompt part is left-padded (``0...0 1...1``) and the response part
-    starts at its first column and is right-padded (``1 ... 1 0...0``); a 0 between two 1s
-    of the response part is a hole inside the response (a tool observation) and stays in
-    the mask. Anything else (a right-padded or holed prompt, a response that does not
-    start at its first column) raises ContractError rather than being read as a mask.
+    is 0 or 1, the prompt part is left-padded (``0...0 1...1``) and the response part is
+    right-padded (``1...1 0...0``). Anything else (right-padded prompt, left-padded
+    response, a hole) raises ContractError rather than being read as a mask.
     """
     clause = "mask.response_from_attention"
     width = len(attention_row)
@@ -68,14 +66,14 @@ def response_mask_from_attention(
                 uid=uid,
                 field="attention_mask",
             )
-    if response and response[0] == 0 and 1 in response:
-        raise ContractError(
-            clause,
-            f"response part {response} does not start at its first column (left-padded: a 1 "
-            f"at response column {response.index(1)} follows a 0)",
-            uid=uid,
-            field="attention_mask",
-        )
+    for t in range(1, len(response)):
+        if response[t - 1] == 0 and response[t] == 1:
+            raise ContractError(
+                clause,
+                f"response part {response} is not right-padded (a 1 at response column {t} follows a 0)",
+                uid=uid,
+                field="attention_mask",
+            )
     return response
 
 

@@ -30,8 +30,7 @@ class MaskOps:
         """mask.response_from_attention: the last R columns of a conforming (B, P + R) mask.
 
         Raises ValueError, naming the rows, when the mask holds values other than 0/1, a
-        right-padded (or holed) prompt, or a response that does not start at its first
-        column (left-padded); holes between the response's tokens stay in the mask.
+        right-padded (or holed) prompt, or a left-padded (or holed) response.
         """
         width = attention_mask.shape[-1]
         if not 0 <= response_width <= width:
@@ -39,17 +38,14 @@ class MaskOps:
         mask = attention_mask.to(torch.int64)
         prompt = mask[:, : width - response_width]
         response = mask[:, width - response_width :]
-        starts_late = (
-            (response[:, 0] == 0) & (response == 1).any(dim=-1)
-            if response_width
-            else torch.zeros(mask.shape[0], dtype=torch.bool, device=mask.device)
-        )
         problems = {
             "a value other than 0 or 1": ((mask != 0) & (mask != 1)).any(dim=-1),
             "a prompt that is not left-padded (0 after 1)": (prompt[:, 1:] < prompt[:, :-1]).any(
                 dim=-1
             ),
-            "a response that does not start at its first column (left-padded)": starts_late,
+            "a response that is not right-padded (1 after 0)": (
+                response[:, 1:] > response[:, :-1]
+            ).any(dim=-1),
         }
         for what, bad_rows in problems.items():
             if bool(bad_rows.any()):

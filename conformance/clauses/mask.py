@@ -154,8 +154,7 @@ _ATTENTION_EXAMPLES = (
         "prompt_width": 2,
         "response_width": 4,
         "rows": [
-            {"uid": "s0", "attention": [0, 1, 1, 0, 1, 0]},  # a hole inside the response: kept
-            {"uid": "s1", "attention": [1, 1, 1, 0, 0, 1]},
+            {"uid": "s0", "attention": [0, 1, 1, 0, 1, 0]},  # hole in the response
         ],
     },
     {
@@ -170,13 +169,19 @@ _ATTENTION_EXAMPLES = (
     {"prompt_width": 2, "response_width": 2, "rows": []},
 )
 
-_CORRUPTIONS = ("flip", "prompt_right_padded", "prompt_hole", "response_left_padded")
+_CORRUPTIONS = (
+    "flip",
+    "prompt_right_padded",
+    "prompt_hole",
+    "response_hole",
+    "response_left_padded",
+)
 
 
 @st.composite
 def _attention_case(draw: Any) -> dict[str, Any]:
-    """Conforming rows (left-padded prompts, right-padded responses, holes inside a response);
-    (edge) L_i = 0 and no rows; (hardening) R = 0 and one layout violation."""
+    """Conforming rows (left-padded prompts, right-padded responses); (edge) L_i = 0 and no
+    rows; (hardening) R = 0 and one layout violation."""
     prompt_width = draw(st.integers(0, 3))
     response_width = draw(st.integers(0 if allows("hardening") else 1, 3))
     width = prompt_width + response_width
@@ -184,10 +189,8 @@ def _attention_case(draw: Any) -> dict[str, Any]:
     for i in range(draw(st.integers(cs.fewest_samples(0), 4))):
         p = draw(st.integers(0, prompt_width))
         n = draw(st.integers(0 if allows("edge") else min(1, response_width), response_width))
-        response = [1] * n + [0] * (response_width - n)
-        for t in range(1, n - 1):
-            response[t] = draw(st.sampled_from([1, 1, 1, 0]))
-        rows.append({"uid": f"s{i}", "attention": [0] * (prompt_width - p) + [1] * p + response})
+        attention = [0] * (prompt_width - p) + [1] * p + [1] * n + [0] * (response_width - n)
+        rows.append({"uid": f"s{i}", "attention": attention})
     corruption = draw(st.sampled_from(("none",) + (_CORRUPTIONS if allows("hardening") else ())))
     if rows and width and corruption != "none":
         row = rows[draw(st.integers(0, len(rows) - 1))]["attention"]
@@ -198,9 +201,21 @@ def _attention_case(draw: Any) -> dict[str, Any]:
             row[:prompt_width] = sorted(row[:prompt_width], reverse=True)
         elif corruption == "prompt_hole" and prompt_width >= 3:
             row[:prompt_width] = [0] * (prompt_width - 3) + [1, 0, 1]
+        elif corruption == "response_hole" and response_width >= 3:
+            row[prompt_width:] = [1, 0, 1] + [0] * (response_width - 3)
         elif corruption == "response_left_padded":
             row[prompt_width:] = sorted(row[prompt_width:])
     return {"prompt_width": prompt_width, "response_width": response_width, "rows": rows}
+
+
+def _attention_features(case: dict[str, Any]) -> set[str]:
+    """A response width larger than every conforming row's response (the walker reads the
+    layout itself: violations, L_i = 0, R = 0, no rows)."""
+    width = case["response_width"]
+    if not case["rows"] or width == 0 or _first_violation(case) is not None:
+        return set()
+    longest = max(sum(r["attention"][len(r["attention"]) - width :]) for r in case["rows"])
+    return {"extra_padding"} if 0 < longest < width else set()
 
 
 def _first_violation(case: dict[str, Any]) -> ContractError | None:
@@ -218,22 +233,16 @@ def _first_violation(case: dict[str, Any]) -> ContractError | None:
     "mask.response_from_attention",
     title="Response mask = last R columns of the attention mask",
     statement="""With left-padded prompts and right-padded responses of width R, the response
-    mask is the last R columns of the attention mask; holes (0s) only inside the response, where
-    they stay in the mask (a response starts at its first column). An attention mask that
-    violates that layout (a right-padded or holed prompt, a left-padded response, a value
-    other than 0/1) must be rejected with an error, never silently read as a response mask.""",
+    mask is the last R columns of the attention mask. An attention mask that violates that
+    layout (right-padded prompt, left-padded response, a hole, a value other than 0/1) must
+    be rejected with an error, never silently read as a response mask (tool observations are
+    attended: their 0s belong to the loss mask, inside the response only).""",
     ops=("response_mask_from_attention",),
     strategy=_attention_case(),
     examples=_ATTENTION_EXAMPLES,
     checks=("shape", "response_mask", "rejects_violation", "rejection_message"),
-    meets=(
-        "no_samples",
-        "empty_response",
-        "mask_holes",
-        "extra_padding",
-        "zero_width",
-        "layout_violation",
-    ),
+    meets=("no_samples", "empty_response", "extra_padding", "zero_width", "layout_violation"),
+    case_features=_attention_features,
 )
 def check_response_from_attention(ctx: Any, case: dict[str, Any]) -> None:
     rows, response_width = case["rows"], case["response_width"]

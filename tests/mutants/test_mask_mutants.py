@@ -25,17 +25,9 @@ def response_mask_without_layout_check(self, attention_mask, response_width):
     return attention_mask[:, attention_mask.shape[-1] - response_width :].clone()
 
 
-def response_mask_rejecting_holes(self, attention_mask, response_width):
-    """The old reading of the layout: any 0 before a 1 in the response part is a violation,
-    so a tool observation inside the response is refused."""
-    response = attention_mask[:, attention_mask.shape[-1] - response_width :]
-    if bool((response[:, 1:] > response[:, :-1]).any()):
-        raise ValueError("response part is not right-padded")
-    return self.response_mask_from_attention(attention_mask, response_width)
-
-
-def response_mask_accepting_left_padding(self, attention_mask, response_width):
-    """Checks values and the prompt part, but reads a left-padded response as holes."""
+def response_mask_checking_the_prompt_only(self, attention_mask, response_width):
+    """Checks values and the prompt part, but reads any response part as a mask (a
+    left-padded or holed response slips through)."""
     mask = attention_mask.to(torch.int64)
     prompt = mask[:, : mask.shape[-1] - response_width]
     if bool(((mask != 0) & (mask != 1)).any()) or bool((prompt[:, 1:] < prompt[:, :-1]).any()):
@@ -104,20 +96,13 @@ def test_layout_violation_silently_used_is_caught(torchref):
     assert "not detected" in result.message and result.check == "rejects_violation"
 
 
-def test_hole_inside_the_response_refused_is_caught(torchref):
-    broken = with_overrides(torchref, response_mask_from_attention=response_mask_rejecting_holes)
-    result = certify_one(broken, "mask.response_from_attention")
-    assert result.status == "error" and result.check == "runs", result.message
-    assert "mask_holes" in result.features
-
-
-def test_left_padded_response_read_as_holes_is_caught(torchref):
+def test_unchecked_response_part_is_caught(torchref):
     broken = with_overrides(
-        torchref, response_mask_from_attention=response_mask_accepting_left_padding
+        torchref, response_mask_from_attention=response_mask_checking_the_prompt_only
     )
     result = assert_caught(broken, "mask.response_from_attention")
     assert result.check == "rejects_violation" and result.severity == "hardening"
-    assert "does not start at its first column" in result.message
+    assert "not right-padded" in result.message
 
 
 def test_rejection_without_message_is_caught(torchref):
