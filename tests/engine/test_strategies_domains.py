@@ -1,6 +1,6 @@
 """Strategies restricted to a domain (CONTRACT §0a) keep generating, and reach their features.
 
-For every clause listed here and every domain: ~30 cases drawn under
+For every registered clause with a strategy and every domain: ~30 cases drawn under
 ``features.restricted(domain)`` through the runner's domain filter, with hypothesis' health
 checks on (a strategy that leaves too much to the filter fails them), each inside the
 domain; and over the unrestricted run (plus the pinned examples) every feature the clause
@@ -15,42 +15,13 @@ from hypothesis import strategies as st
 
 from rlconform.adapters.torchref import TorchRef
 from rlconform.conformance import features as feats
-from rlconform.conformance.registry import get
+from rlconform.conformance.registry import (
+    get,
+    load_all,  # noqa: E402
+)
 from rlconform.conformance.runner import case_domain, pinned_cases, resolve_strategy
 
-# Clause ids whose strategies are domain-aware (one area at a time joins the list).
-CLAUSES = (
-    "schema.normalize",
-    "schema.alignment",
-    "schema.output",
-    "filter.reasons",
-    "filter.stats",
-    "filter.order",
-    "filter.before_normalize",
-    "mask.response_from_eos",
-    "mask.response_from_attention",
-    "mask.loss",
-    "mask.multi_turn",
-    "layout.pad",
-    "layout.pack",
-    "layout.roundtrip",
-    "logprob.alignment",
-    "logprob.sampling_distribution",
-    "logprob.keep_sampling_mask",
-    "entropy.from_logits",
-    "batch.union",
-    "batch.row_ops",
-    "batch.pad_divisor",
-    "batch.seqlen_balance",
-    "metrics.response_length",
-    "metrics.validation_at_n",
-    "metrics.reduce",
-    "metrics.token_accounting",
-    "purity.no_mutation",
-    "purity.idempotent",
-    "purity.deterministic",
-    "purity.order",
-)
+CLAUSES = tuple(c.id for c in load_all().values() if c.strategy is not None)
 
 DRAWS = 30
 COVERAGE_DRAWS = 150
