@@ -36,6 +36,15 @@ import torch
 from rlconform.adapters.base import Inexpressible
 
 _GIVEN = "rlconform_given_pg_loss"
+# contract policy-loss modes -> verl's registered loss names
+_LOSS_MODES = {
+    "ppo_clip": "vanilla",
+    "dual_clip": "vanilla",
+    "gspo": "gspo",
+    "gmpo": "geo_mean",
+    "cispo": "cispo",
+    "dppo_tv": "dppo_tv",
+}
 
 
 @contextlib.contextmanager
@@ -110,6 +119,7 @@ def _micro_batch(
     response_mask: torch.Tensor,
     batch_num_tokens: int,
     global_batch_size: int | None = None,
+    dp_size: int = 1,
 ) -> Any:
     """The micro-batch the engine hands the loss: prompts / responses nested as the v1
     TransferQueue stores them (``nested``), or padded with the attention mask as
@@ -137,7 +147,7 @@ def _micro_batch(
     data = TensorDict({**layout, "response_mask": response_mask, **fields}, batch_size=[rows])
     tu.assign_non_tensor(
         data,
-        dp_size=1,
+        dp_size=dp_size,
         batch_num_tokens=batch_num_tokens,
         global_batch_size=rows if global_batch_size is None else global_batch_size,
     )
@@ -325,6 +335,47 @@ class ActorLossOps:
         )
         shares = _value(metrics["actor/pg_clipfrac"]) + _value(metrics["actor/pg_clipfrac_lower"])
         return out, {"clipfrac": torch.as_tensor(shares, dtype=log_prob.dtype)}
+
+    def policy_loss_reduced(
+        self,
+        mode: str,
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        clip_ratio_low: float,
+        clip_ratio_high: float,
+        clip_ratio_c: float | None = None,
+        global_batch_info: dict[str, Any],
+    ) -> torch.Tensor:
+        """loss.* (reduced, shard_invariance): the scalar ``ppo_loss`` returns for one
+        micro-batch, i.e. what the engine back-propagates and sums over micro-batches: the
+        registered loss of ``mode`` in the actor's ``loss_agg_mode`` (profile), with the
+        mini-batch's ``dp_size`` / ``batch_num_tokens`` / ``global_batch_size`` in the
+        micro-batch and ``loss_scale_factor`` in the config, as the engine sets them."""
+        loss_mode = _LOSS_MODES[mode]
+        fields = {"clip_ratio_low": clip_ratio_low, "clip_ratio_high": clip_ratio_high}
+        if mode == "ppo_clip" or clip_ratio_c is not None:
+            fields["clip_ratio_c"] = float("inf") if clip_ratio_c is None else clip_ratio_c
+        config = _actor_config(
+            loss_mode,
+            loss_agg_mode=self.profile.get("loss_agg_mode", "token-mean"),
+            loss_scale_factor=global_batch_info.get("loss_scale_factor"),
+            **fields,
+        )
+        data = _micro_batch(
+            self.release.nested_micro_batches,
+            {"old_log_probs": old_log_prob, "advantages": advantages},
+            response_mask,
+            global_batch_info["batch_num_tokens"],
+            global_batch_info["global_batch_size"],
+            dp_size=global_batch_info.get("dp_size", 1),
+        )
+        from verl.workers.utils.losses import ppo_loss
+
+        loss, _ = ppo_loss(config, {"log_probs": _sequence_output(log_prob)}, data)
+        return loss
 
     def actor_loss(
         self,

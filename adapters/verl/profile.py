@@ -38,6 +38,8 @@ _PROFILE = Profile(
         "whiten_degenerate": "raise",
         "singleton_baseline": "zero",
         "gpg_alpha": "nonzero_score",
+        # loss.*: the actor's loss_agg_mode default (ppo_trainer.yaml).
+        "loss_agg_mode": "token-mean",
         # loss.gmpo: geo_mean clamps no log-ratio (its +-20 clamp is commented out).
         "gmpo_log_ratio_clamp": None,
         # adv.gae: compute_gae_advantage_return has no bootstrap value (0 after the last

@@ -234,6 +234,10 @@ def _loss_bindings(actor: str) -> dict[str, dict[str, Any]]:
         "cispo_loss": _binding([*via, f"{_CORE}.compute_policy_loss_cispo"], actor),
         "dppo_tv_loss": _binding([*via, f"{_CORE}.compute_policy_loss_dppo_tv"], actor),
         "gmpo_loss": _binding([*via, f"{_CORE}.compute_policy_loss_geo_mean"], actor),
+        "policy_loss_reduced": _binding(
+            [f"{_LOSSES}.ppo_loss", f"{_CORE}.get_policy_loss_fn", f"{_CORE}.agg_loss"],
+            f"{actor} (the micro-batch scalar the engine back-propagates and sums)",
+        ),
         "actor_loss": _binding(
             [f"{_LOSSES}.ppo_loss", f"{_CORE}.agg_loss", f"{_CORE}.kl_penalty"], actor
         ),

@@ -122,22 +122,28 @@ def test_policy_loss_ignoring_the_is_weights_fails_tis(monkeypatch, tmp_path):
     _certify_fails_on("offpolicy.tis", tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="loss.gmpo compares per-token losses only and never splits a batch into "
-    "micro-batches, so a reduction that depends on the micro-batch cannot show there "
-    "(verl's geo_mean already takes torch.mean over the micro-batch's rows); the clause "
-    "needs a micro-batch check (see the verl report)",
-)
-def test_gmpo_summed_per_micro_batch_fails_gmpo(monkeypatch, tmp_path):
-    original = core_algos.get_policy_loss_fn("geo_mean")
+def test_vanilla_reduced_per_micro_batch_fails_ppo_clip(monkeypatch, tmp_path):
+    original = core_algos.get_policy_loss_fn("vanilla")
 
-    def summed(old_log_prob, log_prob, advantages, response_mask, **kwargs):
-        loss, metrics = original(old_log_prob, log_prob, advantages, response_mask, **kwargs)
-        return loss * log_prob.shape[0], metrics
+    def local_denominators(*args, config, **kwargs):
+        # the micro-batch's own token count instead of the mini-batch's
+        config.global_batch_info.clear()
+        return original(*args, config=config, **kwargs)
 
-    monkeypatch.setitem(core_algos.POLICY_LOSS_REGISTRY, "geo_mean", summed)
-    _certify_fails_on("loss.gmpo", tmp_path)
+    monkeypatch.setitem(core_algos.POLICY_LOSS_REGISTRY, "vanilla", local_denominators)
+    result = _certify_fails_on("loss.ppo_clip", tmp_path)
+    assert result["check"] == "shard_invariance"
+
+
+def test_gmpo_reduces_per_micro_batch_in_verl_itself(tmp_path):
+    """Not a plant: verl's geo_mean takes torch.mean over the micro-batch's rows, so the
+    engine's sum over micro-batches grows with their number; the shipped baseline declares
+    it and the run observes it."""
+    out = tmp_path / "r.json"
+    assert main(["certify", "verl", "--only", "loss.gmpo", "--json", str(out)]) == 0
+    (result,) = json.loads(out.read_text())["clauses"]
+    observed = {c for d in result["deviations"] if d["observed"] for c in d["checks"]}
+    assert {"reduced", "shard_invariance"} <= observed
 
 
 def test_reduce_by_mean_only_fails_metrics_reduce(monkeypatch, tmp_path):
