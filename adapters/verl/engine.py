@@ -31,6 +31,7 @@ same function changes nothing but speed.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -334,7 +335,12 @@ def _dp_actor(
     actor.device_name = "cpu"
     actor.param_dtype = torch.float32
     actor.compute_entropy_from_logits = _entropy_function(chunking)
-    outputs = actor._forward_micro_batch(batch, temperature=temperature, calculate_entropy=entropy)
+    with warnings.catch_warnings():
+        # float32 (the case's dtype): CPU autocast then stays off, which torch says once
+        warnings.filterwarnings("ignore", message="CPU Autocast only supports")
+        outputs = actor._forward_micro_batch(
+            batch, temperature=temperature, calculate_entropy=entropy
+        )
     log_probs = _to_width(outputs["log_probs"], width)
     entropies = _to_width(outputs["entropys"], width) if entropy else None
     return Forward(log_probs, entropies)
