@@ -12,8 +12,10 @@ only the names slime's math path reads:
 - ``megatron.core.mpu`` (Megatron parallel state): ``cp_utils``/``loss``/``data`` import it
   at module level, ``get_reinforce_plus_plus_returns`` and
   ``get_advantages_and_returns_batch`` import it inside the function. The shim reports a
-  single process: context/tensor/data parallel size 1, rank 0, groups None, last
-  pipeline stage (the same approach as slime's own ``tests/_cp_dist_helpers.py``).
+  single process: context/tensor/data parallel size 1, rank 0, groups None (the default
+  group), last pipeline stage (the same approach as slime's own
+  ``tests/_cp_dist_helpers.py``). ``train_metric_utils`` also asks for the gloo
+  data-parallel group and its source rank when it gathers the logged metrics.
 - ``httpx`` (HTTP client): ``slime.utils.types -> misc -> http_utils`` evaluates the
   annotation ``httpx.AsyncClient`` at import; the shim defines the four names it reads.
 - ``transformers`` (tokenizers) is not needed: the only module importing it,
@@ -69,6 +71,8 @@ def _install_megatron_shim() -> list[str]:
     mpu.get_data_parallel_world_size = lambda with_context_parallel=False: 1
     mpu.get_data_parallel_rank = lambda with_context_parallel=False: 0
     mpu.get_data_parallel_group = lambda with_context_parallel=False: None
+    mpu.get_data_parallel_group_gloo = lambda with_context_parallel=False: None
+    mpu.get_data_parallel_src_rank = lambda with_context_parallel=False: 0
     core = types.ModuleType("megatron.core")
     core.mpu = mpu
     megatron = types.ModuleType("megatron")
