@@ -117,9 +117,7 @@ def _check_placed(
     scale: list[list[float]] | None = None,
 ) -> None:
     """The placed (B, T) token scores: padding exactly 0, valid positions close to expected."""
-    assert_equal(
-        clause_id, "token_level_scores rows", len(lengths), len(placed), check="values"
-    )
+    assert_equal(clause_id, "token_level_scores rows", len(lengths), len(placed), check="values")
     with ctx.check("padding_zero"):
         assert_padding_zero(clause_id, "token_level_scores", placed, lengths, uids)
     with ctx.check("values"):
