@@ -25,8 +25,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from rlconform.adapters.base import Target
-from rlconform.adapters.slime import loader
-from rlconform.adapters.slime.manifest import SLIME_DEVIATIONS, SLIME_PROFILE
+from rlconform.adapters.slime import loader, manifest
+from rlconform.adapters.slime.manifest import SLIME_PROFILE
 from rlconform.adapters.slime.ops import (
     SlimeAdvantageOps,
     SlimeAggregateOps,
@@ -334,12 +334,20 @@ class SlimeTarget(
 
     name = "slime"
 
-    def __init__(self, fw: SimpleNamespace, version: str, device: str = "cpu", shims=()):
+    def __init__(
+        self,
+        fw: SimpleNamespace,
+        version: str,
+        device: str = "cpu",
+        shims=(),
+        framework_path: str | None = None,
+    ):
         self.fw = fw
+        self.framework_path = framework_path
         self.version = version
         self.device = device
         self.profile = SLIME_PROFILE
-        self.deviations = dict(SLIME_DEVIATIONS)
+        self.deviations = manifest.deviations()
         self.shims = list(shims)
         self.missing = sorted(
             {fn for fns in OP_NEEDS.values() for fn in fns if getattr(fw, fn, None) is None}
@@ -349,10 +357,26 @@ class SlimeTarget(
                 setattr(self, op, None)
         self.bindings = {op: entry for op, entry in BINDINGS.items() if self.implements(op)}
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as a recipe (for the gloo workers of agg.shard_invariance): the worker
+        binds slime again from the same checkout, with this target's profile and manifest;
+        the resolved functions themselves (``torch.compile`` wrappers among them) are not
+        picklable."""
+        state = (self.framework_path, self.device, self.profile, dict(self.deviations))
+        return (_rebuild, state)
+
     def describe(self) -> dict[str, str]:
         info = super().describe()
         info["shims"] = ", ".join(self.shims) or "none"
         return info
+
+
+def _rebuild(
+    framework_path: str | None, device: str, profile: Any, deviations: dict[str, Any]
+) -> SlimeTarget:
+    target = load(device=device, framework_path=framework_path)
+    target.profile, target.deviations = profile, deviations
+    return target
 
 
 def _resolve(compiled: bool) -> SimpleNamespace:
@@ -394,4 +418,10 @@ def load(device: str = "cpu", framework_path: str | None = None) -> SlimeTarget:
         raise SetupError(f"cannot import slime.utils.ppo_utils{where}: {exc}") from exc
     compiled = os.environ.get("RLCONFORM_SLIME_COMPILED") == "1"
     fw = _resolve(compiled)
-    return SlimeTarget(fw, loader.version(root), device=device, shims=shims)
+    return SlimeTarget(
+        fw,
+        loader.version(root),
+        device=device,
+        shims=shims,
+        framework_path=str(root) if root is not None else None,
+    )

@@ -131,16 +131,18 @@ def locate(framework_path: str | None) -> Path | None:
 
 
 def _forget_other_slime(root: Path) -> None:
-    """Drop an already imported ``slime`` that lives elsewhere (tests load two copies)."""
-    loaded = sys.modules.get("slime")
-    if loaded is None:
-        return
-    origin = Path(getattr(loaded, "__file__", "") or "").resolve()
-    if root in origin.parents:
-        return
-    for name in [n for n in sys.modules if n == "slime" or n.startswith("slime.")]:
-        del sys.modules[name]
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != origin.parent.parent]
+    """Drop an already imported ``slime`` (and the checkout's ``examples`` package, which
+    holds the MIS hook) that lives elsewhere (tests load two copies)."""
+    for package in ("slime", "examples"):
+        loaded = sys.modules.get(package)
+        if loaded is None:
+            continue
+        origin = Path(getattr(loaded, "__file__", "") or "").resolve()
+        if root in origin.parents:
+            continue
+        for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+            del sys.modules[name]
+        sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != origin.parent.parent]
 
 
 def version(root: Path | None) -> str:

@@ -462,14 +462,12 @@ class SlimeKLOps:
         Inexpressible: token scores anywhere but on the last response token (slime's reward
         is one scalar per sample); a row with neither action token nor score (its response
         length is not in the padded layout); ``beta == 0`` (slime then computes no KL: no
-        reference model); an empty batch (slime's schedule gives every rank a sample).
+        reference model).
         """
         kl_type = _kl_type(mode)
         if beta == 0:
             raise Inexpressible("kl_coef 0: slime loads no reference model and computes no KL")
         lengths = layout.response_lengths(response_mask, token_level_scores)
-        if not lengths:
-            raise Inexpressible("no samples: slime's data-parallel schedule gives a rank >= 1")
         scores = _rows(token_level_scores, lengths)
         rewards = []
         for i, (row, n) in enumerate(zip(scores, lengths, strict=True)):
@@ -690,8 +688,6 @@ class SlimeOffpolicyOps:
         means over the step's rollouts), ``token_mean`` is ``--calculate-per-token-loss``.
         """
         lengths = layout.lengths_from_mask(response_mask)
-        if not lengths:
-            raise Inexpressible("no samples: slime's data-parallel schedule gives a rank >= 1")
         per_token = self.profile.get("logprob_gap_reduction", "token_mean") == "token_mean"
         dtype = torch.float32  # slime's train-side log-probs
         batch = {
