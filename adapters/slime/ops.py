@@ -50,6 +50,12 @@ def _flat(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
     return torch.cat(list(rows), dim=0)
 
 
+def _cat(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat(per_sample_list, dim=0)`` exactly as policy_loss_function does it (a
+    micro-batch of zero samples raises there, so it raises here)."""
+    return torch.cat(list(rows), dim=0)
+
+
 def _contiguous_groups(index: Sequence[Any]) -> tuple[list[int], int, int]:
     """Order that makes groups contiguous (slime's data source emits list[list[Sample]]
     grouped by prompt), plus ``n_samples_per_prompt`` (largest group) and group count."""
@@ -947,9 +953,9 @@ class SlimeLossOps:
         lengths, old, new, adv, masks = self._policy_inputs(
             old_log_prob, log_prob, advantages, response_mask
         )
-        ppo_kl = _flat(old, log_prob) - _flat(new, log_prob)  # policy_loss_function
+        ppo_kl = _cat(old) - _cat(new)  # policy_loss_function
         loss, clipfrac = self.fw.compute_policy_loss(
-            ppo_kl, _flat(adv, log_prob), clip_ratio_low, clip_ratio_high, eps_clip_c=clip_ratio_c
+            ppo_kl, _cat(adv), clip_ratio_low, clip_ratio_high, eps_clip_c=clip_ratio_c
         )
         rows = layout.unpack(loss, lengths)
         return _back(rows, log_prob), {
@@ -970,11 +976,9 @@ class SlimeLossOps:
         lengths, old, new, adv, masks = self._policy_inputs(
             old_log_prob, log_prob, advantages, response_mask
         )
-        if not lengths:
-            return log_prob.new_zeros(log_prob.shape), {"clipfrac": log_prob.new_zeros(())}
         ppo_kl = self.fw.compute_gspo_kl(new, old, new, masks)
         loss, clipfrac = self.fw.compute_policy_loss(
-            ppo_kl, _flat(adv, log_prob), clip_ratio_low, clip_ratio_high
+            ppo_kl, _cat(adv), clip_ratio_low, clip_ratio_high
         )
         rows = layout.unpack(loss, lengths)
         return _back(rows, log_prob), {
@@ -995,9 +999,9 @@ class SlimeLossOps:
         lengths, old, new, adv, masks = self._policy_inputs(
             old_log_prob, log_prob, advantages, response_mask
         )
-        ppo_kl = _flat(old, log_prob) - _flat(new, log_prob)  # policy_loss_function
+        ppo_kl = _cat(old) - _cat(new)  # policy_loss_function
         loss, clipfrac = self.fw.compute_cispo_loss(
-            ppo_kl, _flat(new, log_prob), _flat(adv, log_prob), clip_ratio_low, clip_ratio_high
+            ppo_kl, _cat(new), _cat(adv), clip_ratio_low, clip_ratio_high
         )
         rows = layout.unpack(loss, lengths)
         return _back(rows, log_prob), {

@@ -131,21 +131,21 @@ class SlimeFilterOps:
 
 
 def _supported_filter_config(cfg: dict[str, Any]) -> None:
-    """Raise Unsupported for a filter mode slime's rollout does not have."""
-    lacking = []
-    if cfg.get("drop_duplicates", True):
-        lacking.append("duplicate removal (drop_duplicates, on by default)")
-    if cfg.get("truncation_policy", "keep") == "drop":
-        lacking.append("dropping truncated samples")
-    if cfg.get("min_response_length") is not None or cfg.get("max_response_length") is not None:
-        lacking.append("response-length limits")
-    if cfg.get("reward_outlier_z") is not None:
-        lacking.append("reward outlier removal")
-    if lacking:
-        raise Unsupported(
-            "slime's dynamic sampling has only the zero-std group filter "
-            f"(check_reward_nonzero_std); it has no {', no '.join(lacking)}"
-        )
+    """Raise Unsupported for the first filter mode the config asks for that slime's rollout
+    does not have (one reason per mode, so the report's skip counts stay readable)."""
+    lacking = (
+        (cfg.get("drop_duplicates", True), "duplicate removal (drop_duplicates, on by default)"),
+        (cfg.get("truncation_policy", "keep") == "drop", "dropping of truncated samples"),
+        (cfg.get("min_response_length") is not None, "minimum response length"),
+        (cfg.get("max_response_length") is not None, "maximum response length"),
+        (cfg.get("reward_outlier_z") is not None, "reward outlier removal"),
+    )
+    for asked, mode in lacking:
+        if asked:
+            raise Unsupported(
+                f"slime's dynamic sampling has only the zero-std group filter "
+                f"(check_reward_nonzero_std): no {mode}"
+            )
 
 
 def _prompt_groups(samples: list[dict[str, Any]]) -> list[list[int]]:
