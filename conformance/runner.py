@@ -369,7 +369,8 @@ def _invalid_entries(clause: Clause, entries: list[Deviation]) -> str | None:
 def _grade(clause: Clause, exploration: _Exploration, failure: _Failure) -> tuple[_Failure, str]:
     """Explore again on the milder domains: the mildest one that still fails. A failure on a
     pinned example (never shrunk) is looked for once more among generated cases of its
-    domain, whose failures hypothesis shrinks to a minimal case."""
+    domain, whose failures hypothesis shrinks to a minimal case (kept when it fails the same
+    check)."""
     found = _domain_of(clause, failure)
     for domain in feats.DOMAINS[: feats.domain_rank(found)]:
         milder = exploration.run(domain)
@@ -378,7 +379,8 @@ def _grade(clause: Clause, exploration: _Exploration, failure: _Failure) -> tupl
             break
     if failure.case is not None and _is_pinned(clause, failure.case):
         shrunk = exploration.run(found, pinned=False)
-        if shrunk is not None and shrunk.graded and _domain_of(clause, shrunk) == found:
+        same = shrunk is not None and shrunk.graded and shrunk.check == failure.check
+        if same and _domain_of(clause, shrunk) == found:
             failure = shrunk
     return failure, found
 
