@@ -1065,6 +1065,7 @@ OUTCOME_FEATURES = (
     "hole_reward",
     "empty_batch",
     "no_samples",
+    "zero_width",
 )
 # Estimators that also read values or log-probs, padded with the case's garbage.
 ESTIMATOR_FEATURES = (*OUTCOME_FEATURES, "padding_finite", "padding_nonfinite", "overflow")
