@@ -1,13 +1,15 @@
-"""ROLL's profile (the legitimate choices it makes) and its observed deviation manifest.
+"""ROLL's profile (the legitimate choices it makes) and its declared breaks.
 
-Every entry of ``DEVIATIONS`` was observed in a certification run against the real source
-(see docs/certification/roll-*.md). Genuine contract violations are NOT listed here: they
-are findings, published with their counterexamples in the report.
+The breaks observed on a ROLL release live in a baseline file per release
+(``baselines/roll-<commit>.toml``, format ``conformance/baseline.py``), every entry scoped by
+check and CONTRACT §0a feature; ``DEVIATIONS`` is that file, loaded.
 """
 
 from __future__ import annotations
 
-from rlconform.adapters.base import Profile
+from pathlib import Path
+
+from rlconform.adapters.base import Deviation, Profile
 
 #: Width ROLL pads every batch to in these runs (``sequence_length``); seq-mean-token-sum-norm
 #: divides by the per-token grid width ``sequence_length - 1``.
@@ -29,6 +31,11 @@ PROFILE = Profile(
         "roll_sequence_length": SEQUENCE_LENGTH,
         "roll_whiten_advantages": True,  # the config switch the contract's adv.gae needs
         "whiten_degenerate": "zeros",
+        # compute_gae_advantage_return / compute_reinforce_return: the value after the grid's
+        # last column is 0, a length-truncated response is treated as terminated.
+        "truncated_bootstrap": False,
+        # The reward-to-go loops step over every grid column, mask-0 columns included.
+        "discount_at_holes": True,
         "singleton_baseline": "self",
         "batch_union_in_place": True,  # DataProto.union merges into self and returns it
         "batch_reorder_in_place": True,  # DataProto.reorder works in place
@@ -39,14 +46,14 @@ PROFILE = Profile(
     },
 )
 
-DEVIATIONS: dict[str, str] = {
-    "mask.response_from_eos": (
-        "get_eos_mask takes one EOS token id; a set of EOS ids cannot be passed (every "
-        "single-id case passes; ROLL's generated masks come from the pad token instead)"
-    ),
-    "metrics.reduce": (
-        "reduce_metrics picks the reducer from an explicit '@tag' or '_tag' ending of the "
-        "key (mean/max/min/p50/p99/std/sum), not from a substring anywhere in it: "
-        "'response_length/max' is averaged by design of ROLL's metric naming"
-    ),
-}
+BASELINE_DIR = Path(__file__).parent / "baselines"
+#: The release the shipped baseline was observed on (alibaba/ROLL commit).
+BASELINE_COMMIT = "8eb27cc2"
+
+
+def shipped_deviations() -> dict[str, list[Deviation]]:
+    """The declared breaks of the shipped baseline (none when the file is absent)."""
+    from rlconform.conformance import baseline
+
+    path = BASELINE_DIR / f"roll-{BASELINE_COMMIT}.toml"
+    return baseline.load(path) if path.is_file() else {}

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from rlconform.adapters.base import Unsupported
 from rlconform.adapters.roll.common import RollCommon
 
 
@@ -24,7 +25,7 @@ class OffpolicyBindings(RollCommon):
     def _corrections(self) -> Any:
         module = self.runtime.corrections
         if module is None:
-            raise NotImplementedError(
+            raise RuntimeError(
                 f"roll.utils.train_infer_corrections is unavailable: {self.runtime.corrections_error}"
             )
         return module
@@ -75,9 +76,7 @@ class OffpolicyBindings(RollCommon):
     @staticmethod
     def _lower_bound_zero(low: float | None) -> None:
         if low not in (None, 0, 0.0):
-            raise NotImplementedError(
-                f"ROLL clamps the IS weight to [0, upper_bound], not from {low}"
-            )
+            raise Unsupported(f"ROLL clamps the IS weight to [0, upper_bound], not from {low}")
 
     def tis_weights(
         self,
