@@ -144,7 +144,8 @@ def token_batch(
     with_groups: bool = False,
     with_rewards: bool = False,
 ) -> dict[str, Any]:
-    """A ragged batch: per sample a uid, a length, a loss mask and per-token float fields."""
+    """A ragged batch: per sample a uid, a length, a loss mask and per-token float fields
+    (finite in [lo, hi] on action tokens, ``hole_values`` garbage at mask-0 positions)."""
     fewest = max(min_samples, 2) if with_groups and not allows("edge") else min_samples
     n = draw(st.integers(fewest, max(fewest, max_samples)))
     groups = draw(group_labels(n)) if with_groups else None
@@ -154,7 +155,9 @@ def token_batch(
         length = draw(lengths(max_len, min_len))
         sample: dict[str, Any] = {"uid": f"s{i}", "mask": draw(loss_mask(length, holes))}
         for field in fields:
-            sample[field] = draw(st.lists(finite(lo, hi), min_size=length, max_size=length))
+            sample[field] = [
+                draw(finite(lo, hi)) if m else draw(hole_values()) for m in sample["mask"]
+            ]
         if groups is not None:
             sample["group"] = groups[i]
         if scores is not None:

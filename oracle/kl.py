@@ -135,10 +135,10 @@ def importance_weighted_kl(
 ) -> tuple[list[float], list[float]]:
     """kl.importance_weighted: w * kl(logp, ref) with w = exp(clamp(logp - old, +-log_ratio_clamp)).
 
-    The ratio carries gradient (slime multiplies by an undetached exp(new - old); this is
-    the gradient of the importance-sampled KL): d/dlogp = w' kl + w kl', w' = w where the
-    log-ratio clamp is inactive, else 0. The k3 value clamp applies to the product, after
-    the weighting (as slime clamps after the multiply).
+    The ratio carries gradient (it is not detached; this is the gradient of the
+    importance-sampled KL): d/dlogp = w' kl + w kl', w' = w where the log-ratio clamp is
+    inactive, else 0. The k3 value clamp applies to the KL before it is weighted (a clamped
+    kl has kl' = 0 there; slime clamps the product instead).
     """
     clause = "kl.importance_weighted"
     require_same_length(clause, uid, logp=logp, ref=ref, old=old)
@@ -147,16 +147,13 @@ def importance_weighted_kl(
         raise ContractError(clause, f"straight-through mode {mode!r} is not importance weighted")
     values, grads = [], []
     for lp, rf, od in zip(logp, ref, old, strict=True):
-        kl, dkl = estimate(estimator, lp, rf, ref_clamp=ref_clamp, value_clamp=None)
+        kl, dkl = estimate(estimator, lp, rf, ref_clamp=ref_clamp, value_clamp=value_clamp)
         log_ratio, dlog_ratio = lp - od, 1.0
         if log_ratio_clamp is not None and abs(log_ratio) > log_ratio_clamp:
             log_ratio, dlog_ratio = math.copysign(log_ratio_clamp, log_ratio), 0.0
         w = exp_or_inf(log_ratio)
-        value, grad = w * kl, w * dlog_ratio * kl + w * dkl
-        if estimator == "k3" and value_clamp is not None and abs(value) > value_clamp:
-            value, grad = math.copysign(value_clamp, value), 0.0
-        values.append(value)
-        grads.append(grad)
+        values.append(w * kl)
+        grads.append(w * dlog_ratio * kl + w * dkl)
     return values, grads
 
 

@@ -1,7 +1,9 @@
 """Oracle for the CONTRACT area `offpolicy` (standard library only, ragged lists, float64).
 
 Every per-token result is 0 off the action tokens (mask 0): a weight or mask only exists
-where the policy chose the token.
+where the policy chose the token (what an implementation puts there is ignored by what
+consumes it, as long as it is finite). ``log_ratio_clamp`` (profile ``is_log_ratio_clamp``;
+verl +-20, default none) clamps a log-ratio before it is exponentiated.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ def _inside(x: float, low: float | None, high: float | None) -> bool:
     return (low is None or x >= low) and (high is None or x <= high)
 
 
+def _ratio(log_ratio: float, log_ratio_clamp: float | None) -> float:
+    """exp of the log-ratio, clamped to +-log_ratio_clamp first when one is given."""
+    if log_ratio_clamp is not None:
+        log_ratio = max(-log_ratio_clamp, min(log_ratio_clamp, log_ratio))
+    return exp_or_inf(log_ratio)
+
+
 def tis_weights(
     old: Sequence[float],
     rollout: Sequence[float],
@@ -34,12 +43,13 @@ def tis_weights(
     *,
     low: float | None,
     high: float | None,
+    log_ratio_clamp: float | None = None,
     uid: object = None,
 ) -> list[float]:
     """offpolicy.tis: w_t = clamp(exp(old_t - rollout_t), low, high) on action tokens, else 0."""
     require_same_length("offpolicy.tis", uid, old=old, rollout=rollout, mask=mask)
     return [
-        _clamp(exp_or_inf(od - ro), low, high) if m else 0.0
+        _clamp(_ratio(od - ro, log_ratio_clamp), low, high) if m else 0.0
         for od, ro, m in zip(old, rollout, mask, strict=True)
     ]
 
@@ -51,6 +61,7 @@ def icepop_weights(
     *,
     low: float | None,
     high: float | None,
+    log_ratio_clamp: float | None = None,
     uid: object = None,
 ) -> list[float]:
     """offpolicy.icepop: r_t = exp(old_t - rollout_t); w_t = r_t if low <= r_t <= high, else 0
@@ -58,7 +69,7 @@ def icepop_weights(
     require_same_length("offpolicy.icepop", uid, old=old, rollout=rollout, mask=mask)
     weights = []
     for od, ro, m in zip(old, rollout, mask, strict=True):
-        ratio = exp_or_inf(od - ro)
+        ratio = _ratio(od - ro, log_ratio_clamp)
         weights.append(ratio if m and _inside(ratio, low, high) else 0.0)
     return weights
 
@@ -91,6 +102,7 @@ def is_correction_weights(
     clip_min: float | None = None,
     clip_max: float | None = 3.0,
     sequence_log_ratio: str = "sum",
+    log_ratio_clamp: float | None = None,
     uid: object = None,
 ) -> list[float]:
     """offpolicy.is_correction: rollout-vs-train importance weights (TRL mode names).
@@ -116,7 +128,7 @@ def is_correction_weights(
         log_ratios = [total] * len(mask)
     weights = []
     for lr, m in zip(log_ratios, mask, strict=True):
-        ratio = exp_or_inf(lr)
+        ratio = _ratio(lr, log_ratio_clamp)
         if mode.endswith("_truncate"):
             weight = _clamp(ratio, clip_min, clip_max)
         else:

@@ -35,29 +35,39 @@ def place_reward_last(
 
 
 def place_reward_uniform(reward: float, loss_mask: list[int], *, uid: object = None) -> list[float]:
-    """reward.place_uniform: r / L_i on each action token (mask 1), 0 elsewhere.
+    """reward.place_uniform: r / n_i on each of the n_i action tokens (mask 1), 0 elsewhere.
 
-    L_i is the response length (``len(loss_mask)``), so with mask holes the row sums to
-    r * (action tokens) / L_i. L_i = 0: an empty row.
+    The row sums to r also when the response has mask holes. No action token (L_i = 0, or
+    only holes): nothing can be placed, an all-zero row.
     """
-    length = len(loss_mask)
-    return [float(reward) / length if m else 0.0 for m in loss_mask]
+    actions = sum(1 for m in loss_mask if m)
+    return [float(reward) / actions if m else 0.0 for m in loss_mask]
 
 
 def place_reward_discounted(
-    reward: float, length: int, gamma: float, *, uid: object = None
+    reward: float, loss_mask: list[int], gamma: float, *, uid: object = None
 ) -> list[float]:
-    """reward.place_discounted: token t gets r * g^(L_i-1-t) / sum_k g^(L_i-1-k); sum = r.
+    """reward.place_discounted: over the n_i action tokens in order, the k-th gets
+    r * g^(n_i-1-k) / sum_j g^(n_i-1-j); 0 elsewhere; sum = r.
 
-    g = 0 puts the whole reward on the last token (0^0 = 1); g = 1 spreads it uniformly.
+    g = 0 puts the whole reward on the last action token (0^0 = 1); g = 1 spreads it
+    uniformly. No action token: an all-zero row.
     """
     if gamma < 0:
         raise ContractError(
             "reward.place_discounted", f"gamma must be >= 0, got {gamma!r}", uid=uid
         )
-    weights = [gamma ** (length - 1 - t) for t in range(length)]
+    n = sum(1 for m in loss_mask if m)
+    weights = [gamma ** (n - 1 - k) for k in range(n)]
     total = math.fsum(weights)
-    return [float(reward) * w / total for w in weights]
+    row, k = [], 0
+    for m in loss_mask:
+        if m:
+            row.append(float(reward) * weights[k] / total)
+            k += 1
+        else:
+            row.append(0.0)
+    return row
 
 
 def normalize_rewards(
@@ -95,17 +105,18 @@ def normalize_rewards(
 
 
 def td_target(
-    reward: float, values: list[float], truncated: bool, gamma: float, *, uid: object = None
+    reward: float, bootstrap: float, truncated: bool, gamma: float, *, uid: object = None
 ) -> float:
-    """reward.td_target: terminated -> r; truncated -> r + gamma * V(last real state).
+    """reward.td_target: terminated -> r; truncated -> r + gamma * V_boot.
 
-    ``values`` are this trajectory's own per-token values; the last real state is
-    values[L_i - 1], never the next trajectory's first value.
+    V_boot (``bootstrap``) is the value of the state after the trajectory's last response
+    token (the bootstrap value adv.gae takes), never the next episode's first state; a
+    terminated trajectory ignores it.
     """
     if not truncated:
         return float(reward)
-    if not values:
+    if not math.isfinite(bootstrap):
         raise ContractError(
-            "reward.td_target", "a truncated trajectory with no state cannot bootstrap", uid=uid
+            "reward.td_target", f"truncated trajectory with bootstrap {bootstrap!r}", uid=uid
         )
-    return float(reward) + gamma * values[-1]
+    return float(reward) + gamma * float(bootstrap)

@@ -16,6 +16,10 @@ from rlconform.oracle import offpolicy as oracle_offpolicy
 class OffpolicyOps:
     """`offpolicy` operations that delegate to `rlconform.oracle.offpolicy`."""
 
+    def _clamp(self) -> float | None:
+        """Profile ``is_log_ratio_clamp``: clamp of a log-ratio before exp (default none)."""
+        return self.profile.get("is_log_ratio_clamp")
+
     def tis_weights(
         self,
         old_logprob: torch.Tensor,
@@ -25,7 +29,9 @@ class OffpolicyOps:
         clip_high: float | None = 2.0,
     ) -> torch.Tensor:
         rows = [
-            oracle_offpolicy.tis_weights(od, ro, m, low=clip_low, high=clip_high)
+            oracle_offpolicy.tis_weights(
+                od, ro, m, low=clip_low, high=clip_high, log_ratio_clamp=self._clamp()
+            )
             for od, ro, m in zip(
                 to_float_list(old_logprob),
                 to_float_list(rollout_logprob),
@@ -44,7 +50,9 @@ class OffpolicyOps:
         clip_high: float | None = 2.0,
     ) -> torch.Tensor:
         rows = [
-            oracle_offpolicy.icepop_weights(od, ro, m, low=clip_low, high=clip_high)
+            oracle_offpolicy.icepop_weights(
+                od, ro, m, low=clip_low, high=clip_high, log_ratio_clamp=self._clamp()
+            )
             for od, ro, m in zip(
                 to_float_list(old_logprob),
                 to_float_list(rollout_logprob),
@@ -95,6 +103,7 @@ class OffpolicyOps:
                 clip_min=clip_min,
                 clip_max=clip_max,
                 sequence_log_ratio=sequence_log_ratio,
+                log_ratio_clamp=self._clamp(),
             )
             for od, ro, m in zip(
                 to_float_list(old_logprob),

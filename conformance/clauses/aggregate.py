@@ -7,8 +7,15 @@ Operations (verl-compatible signatures):
   one shard's share of the global denominators, counted the way the trainer counts them;
   the trainer sums (all-reduces) the shares and passes them to every ``agg_loss`` call.
 
-Profile key: ``agg_norm_length`` (contract default 10), the constant length C of
-seq-mean-token-sum-norm used when ``loss_scale_factor`` is not given.
+Profile key: ``agg_norm_length`` (the contract's ``norm_length``, default 10), the constant
+length C of seq-mean-token-sum-norm used when ``loss_scale_factor`` is not given.
+
+Checks of every mode clause: ``scalar`` (agg_loss returns a one-element tensor),
+``loss_local`` / ``grad_local`` (one call with local denominators: value, d loss / d loss_mat
+on valid positions), ``loss_global`` / ``grad_global`` (the same with given global
+denominators, as a trainer passes them), ``grad_padding`` (the gradient is 0 at padding).
+Loss values at padding hold the case's ``pad_value`` and at mask holes the sample's own
+garbage: neither may reach the loss or the gradient.
 
 Tolerance: the loss is a weighted sum of per-token losses, so its rounding error is bounded
 by k * eps * (the same aggregation of |l|), with k growing with the number of terms; that
@@ -104,9 +111,9 @@ def _mode_examples(*more: dict[str, Any]) -> tuple[dict[str, Any], ...]:
         # NaN at padding and at the mask holes (tool observations); an L_i = 0 row.
         {
             "samples": [
-                _sample("s0", [1, 0, 1], [0.5, 9.0, -1.5]),
+                _sample("s0", [1, 0, 1], [0.5, _NAN, -1.5]),
                 _sample("s1", [], []),
-                _sample("s2", [0, 1, 1, 1, 1, 1], [3.0, 1.0, 2.0, -2.0, 0.25, 4.0]),
+                _sample("s2", [0, 1, 1, 1, 1, 1], [_NAN, 1.0, 2.0, -2.0, 0.25, 4.0]),
             ],
             "pad_value": _NAN,
             "extra_pad": 2,
@@ -145,7 +152,7 @@ def _mode_examples(*more: dict[str, Any]) -> tuple[dict[str, Any], ...]:
 def _padded(
     ctx: CheckContext, samples: list[dict[str, Any]], pad_value: float, extra_pad: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss_mat, loss_mask): ``pad_value`` at padding and at mask-0 positions (ignored)."""
+    """(loss_mat, loss_mask): ``pad_value`` at padding, garbage at mask holes (ignored)."""
     width = max((len(s["mask"]) for s in samples), default=0) + extra_pad
     rows = _loss_rows(samples, pad_value)
     loss_mat = pad_right(rows, width=width, fill=pad_value, dtype=ctx.dtype, device=ctx.device)
@@ -160,7 +167,8 @@ def _mask_tensor(ctx: CheckContext, samples: list[dict[str, Any]], extra_pad: in
 
 
 def _loss_rows(samples: list[dict[str, Any]], pad_value: float) -> list[list[float]]:
-    return [[x if m else pad_value for x, m in zip(s["loss"], s["mask"])] for s in samples]
+    """Per-token losses as the target receives them (mask holes keep their garbage)."""
+    return [list(s["loss"]) for s in samples]
 
 
 def _agg_with_grad(
@@ -177,6 +185,7 @@ def _agg_with_grad(
         raise ClauseMismatch(
             f"[{clause_id}] agg_loss({mode!r}) must return a scalar tensor, got {value!r}",
             detail={"what": "loss", "actual": repr(value)},
+            check="scalar",
         )
     grad = None
     if value.requires_grad:
@@ -238,37 +247,56 @@ def _check_mode(ctx: CheckContext, case: dict[str, Any], mode: str, clause_id: s
         "global_batch_size": oracle.sequence_count(masks) + case["other_sequences"],
         "loss_scale_factor": case["loss_scale_factor"],
     }
-    for call_kwargs in ({}, global_form):
+    for name, call_kwargs in (("local", {}), ("global", global_form)):
         settings = _settings(call_kwargs, _norm_default(ctx))
         form = _describe(call_kwargs)
         loss_mat, loss_mask = _padded(ctx, samples, case["pad_value"], case["extra_pad"])
         value, grad = _agg_with_grad(ctx, clause_id, loss_mat, loss_mask, mode, **call_kwargs)
-        assert_scalar_close(
-            clause_id,
-            f"agg_loss({mode!r}) ({form})",
-            oracle.aggregate(rows, masks, mode, **settings),
-            value,
-            tolerance=ctx.tolerance,
-            scale=_conditioning(rows, masks, mode, settings),
-            k=_sum_k(masks),
-        )
+        with ctx.check(f"loss_{name}"):
+            assert_scalar_close(
+                clause_id,
+                f"agg_loss({mode!r}) ({form})",
+                oracle.aggregate(rows, masks, mode, **settings),
+                value,
+                tolerance=ctx.tolerance,
+                scale=_conditioning(rows, masks, mode, settings),
+                k=_sum_k(masks),
+            )
         what = f"d agg_loss / d loss_mat ({form})"
-        assert_padding_zero(clause_id, what, grad, lengths, uids)
-        assert_rows_close(
-            clause_id,
-            what,
-            oracle.aggregate_gradient(masks, mode, **settings),
-            unpad_right(grad, lengths),
-            uids=uids,
-            tolerance=ctx.tolerance,
-        )
+        with ctx.check("grad_padding"):
+            assert_padding_zero(clause_id, what, grad, lengths, uids)
+        with ctx.check(f"grad_{name}"):
+            assert_rows_close(
+                clause_id,
+                what,
+                oracle.aggregate_gradient(masks, mode, **settings),
+                unpad_right(grad, lengths),
+                uids=uids,
+                tolerance=ctx.tolerance,
+            )
+
+
+MODE_CHECKS = ("scalar", "loss_local", "grad_local", "loss_global", "grad_global", "grad_padding")
+MODE_FEATURES = (
+    "mask_holes",
+    "padding_finite",
+    "extra_padding",
+    "empty_response",
+    "actionless_sample",
+    "empty_batch",
+    "no_samples",
+    "padding_nonfinite",
+    "overflow",
+    "zero_width",
+)
 
 
 _MODE_STATEMENT_TAIL = """Checked against the oracle in the single-call form (local
     denominators) and with given global denominators (dp_size > 1, batch_num_tokens,
-    global_batch_size, loss_scale_factor), with NaN/inf garbage at padding and mask-0
-    positions (ignored), together with the gradient d loss / d loss_mat (the weight of each
-    token; 0 at padding). No action token at all gives 0."""
+    global_batch_size, loss_scale_factor), with garbage at padding and mask-0 positions
+    (ignored), together with the gradient d loss / d loss_mat (the weight of each token; 0 at
+    padding). An aggregate over no action token (an all-filtered mini-batch) is 0 with zero
+    gradient, never NaN."""
 
 
 @clause(
@@ -278,6 +306,8 @@ _MODE_STATEMENT_TAIL = """Checked against the oracle in the single-call form (lo
     data-parallel ranks and micro-batches (not the local count), times dp_size. """
     + _MODE_STATEMENT_TAIL,
     ops=("agg_loss",),
+    checks=MODE_CHECKS,
+    meets=MODE_FEATURES,
     strategy=_mode_case(),
     examples=_mode_examples(
         {
@@ -302,6 +332,8 @@ def check_token_mean(ctx: CheckContext, case: dict[str, Any]) -> None:
     over every action token of the global batch. """
     + _MODE_STATEMENT_TAIL,
     ops=("agg_loss",),
+    checks=MODE_CHECKS,
+    meets=MODE_FEATURES,
     strategy=_mode_case(),
     examples=_mode_examples(),
 )
@@ -317,6 +349,8 @@ def check_token_sum(ctx: CheckContext, case: dict[str, Any]) -> None:
     dp_size. """
     + _MODE_STATEMENT_TAIL,
     ops=("agg_loss",),
+    checks=MODE_CHECKS,
+    meets=MODE_FEATURES,
     strategy=_mode_case(),
     examples=_mode_examples(),
 )
@@ -331,6 +365,8 @@ def check_seq_mean_token_sum(ctx: CheckContext, case: dict[str, Any]) -> None:
     least one action token over the whole mini-batch, times dp_size. """
     + _MODE_STATEMENT_TAIL,
     ops=("agg_loss",),
+    checks=MODE_CHECKS,
+    meets=MODE_FEATURES,
     strategy=_mode_case(),
     examples=_mode_examples(),
 )
@@ -346,6 +382,8 @@ def check_seq_mean_token_mean(ctx: CheckContext, case: dict[str, Any]) -> None:
     profile's agg_norm_length (never the padded width), times dp_size. """
     + _MODE_STATEMENT_TAIL,
     ops=("agg_loss",),
+    checks=MODE_CHECKS,
+    meets=MODE_FEATURES,
     strategy=_mode_case(),
     examples=_mode_examples(),
 )
@@ -371,6 +409,7 @@ def _batch_info(ctx: CheckContext, loss_mask: torch.Tensor) -> dict[str, int]:
             f"[agg.shard_invariance] agg_batch_info must return batch_num_tokens and "
             f"global_batch_size; missing {sorted(missing)}",
             detail={"what": "agg_batch_info", "actual": repr(info)},
+            check="batch_info",
         )
     return {key: int(info[key]) for key in ("batch_num_tokens", "global_batch_size")}
 
@@ -450,23 +489,25 @@ def _compare_with_full(
     settings = _settings({"loss_scale_factor": case["loss_scale_factor"]}, _norm_default(ctx))
     scale = _conditioning(_loss_rows(samples, case["pad_value"]), masks, case["mode"], settings)
     what = f"agg_loss({case['mode']!r}) over {how}"
-    assert_scalar_close(
-        "agg.shard_invariance",
-        f"{what}: expected = the full batch in one call, actual = the combined shards",
-        full_value,
-        value,
-        tolerance=ctx.tolerance,
-        scale=scale,
-        k=_sum_k(masks, len(case["shards"])),
-    )
-    assert_rows_close(
-        "agg.shard_invariance",
-        f"d loss / d loss_mat, {what}: expected = full batch, actual = combined shards",
-        full_grads,
-        grads,
-        uids=[s["uid"] for s in samples],
-        tolerance=ctx.tolerance,
-    )
+    with ctx.check("loss"):
+        assert_scalar_close(
+            "agg.shard_invariance",
+            f"{what}: expected = the full batch in one call, actual = the combined shards",
+            full_value,
+            value,
+            tolerance=ctx.tolerance,
+            scale=scale,
+            k=_sum_k(masks, len(case["shards"])),
+        )
+    with ctx.check("grad"):
+        assert_rows_close(
+            "agg.shard_invariance",
+            f"d loss / d loss_mat, {what}: expected = full batch, actual = combined shards",
+            full_grads,
+            grads,
+            uids=[s["uid"] for s in samples],
+            tolerance=ctx.tolerance,
+        )
 
 
 def _shard_examples() -> tuple[dict[str, Any], ...]:
@@ -583,6 +624,17 @@ def _shard_examples() -> tuple[dict[str, Any], ...]:
     return (*in_process, *gloo)
 
 
+def _gloo_features(case: dict[str, Any]) -> set[str]:
+    """A gloo case holds its sub-cases under ``cases``: their features, as the walker
+    reads them (it only sees a case's own ``samples``)."""
+    from rlconform.conformance.features import generic_features
+
+    found: set[str] = set()
+    for sub in case.get("cases", ()):
+        found |= generic_features(sub)
+    return found & set((*MODE_FEATURES, "uneven_shards", "empty_shard"))
+
+
 @clause(
     "agg.shard_invariance",
     title="Micro-batch and data-parallel splits give the full-batch loss and gradient",
@@ -596,6 +648,9 @@ def _shard_examples() -> tuple[dict[str, Any], ...]:
     ops=("agg_loss", "agg_batch_info"),
     strategy=_shard_case(),
     examples=_shard_examples(),
+    checks=("scalar", "batch_info", "loss", "grad"),
+    meets=(*MODE_FEATURES, "uneven_shards", "empty_shard"),
+    case_features=_gloo_features,
 )
 def check_shard_invariance(ctx: CheckContext, case: dict[str, Any]) -> None:
     if "world_size" in case:
@@ -633,7 +688,9 @@ def _check_on_gloo(ctx: CheckContext, case: dict[str, Any]) -> None:
 def _raise_remote(rank: int, problem: dict[str, Any]) -> None:
     if problem["kind"] == "mismatch":
         raise ClauseMismatch(
-            problem["message"] + f" (on gloo rank {rank})", detail=problem["detail"]
+            problem["message"] + f" (on gloo rank {rank})",
+            detail=problem["detail"],
+            check=problem.get("check"),
         )
     failure = TargetError(problem["op"], RuntimeError(problem["message"]))
     failure.summary = f"{problem['message']} (on gloo rank {rank})"
@@ -685,7 +742,12 @@ def _gloo_rank(rank: int, world_size: int, payload: dict[str, Any]) -> dict[str,
 
 def _problem(failure: ClauseMismatch | TargetError) -> dict[str, Any]:
     if isinstance(failure, ClauseMismatch):
-        return {"kind": "mismatch", "message": failure.message, "detail": failure.detail}
+        return {
+            "kind": "mismatch",
+            "message": failure.message,
+            "detail": failure.detail,
+            "check": failure.check,
+        }
     return {
         "kind": "target",
         "op": failure.op,

@@ -6,6 +6,14 @@ None = no clamp), ``k3_value_clamp`` (clamp of the k3 value, default 10; None = 
 slime: None) and ``kl_metric_reduction`` (``token_mean``, the default, or ``sample_mean``
 as verl's ``actor/reward_kl_penalty``).
 
+Without a clamp a value may overflow (e.g. k3 with no clamps at ref - logp > 88 in float32):
+an infinite value is then accepted where the exact value exceeds the dtype's range, and the
+gradient is checked only where the value is finite (CONTRACT kl.estimators).
+
+Checks: ``value`` (the estimator's value on valid positions), ``grad`` (d value / d logp,
+weighted by an upstream gradient), ``differentiable`` (a gradient path exists); kl.in_reward:
+``padding_zero``, ``rewards``, ``metric``; kl.adaptive_controller: ``value``.
+
 Float tolerance: CONTRACT §4 plus ``16 eps * scale`` where ``scale`` is the rounding
 conditioning of the formula at that token (``estimator_conditioning``), e.g.
 exp(x) (1 + |x|) + |x| + 1 for k3: exp(x) carries the relative rounding of x = ref - logp.
@@ -27,6 +35,7 @@ from hypothesis import strategies as st
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.compare import assert_rows_close, assert_scalar_close
 from rlconform.conformance.errors import ClauseMismatch, TargetError
+from rlconform.conformance.features import allows
 from rlconform.conformance.harness import assert_padding_zero, pad_right, unpad_right
 from rlconform.conformance.registry import clause
 from rlconform.oracle import kl as oracle
@@ -43,14 +52,16 @@ INF = float("inf")
 
 @st.composite
 def logprob_value(draw: Any) -> float:
-    """A log-prob: mostly ordinary (-6, 0]; sometimes extreme (down to -110, so log-ratios
-    exceed 20 and the float32 exp limit 88); sometimes a round value that makes exact ties."""
-    kind = draw(st.sampled_from(("ordinary", "ordinary", "ordinary", "extreme", "round")))
+    """A log-prob: mostly ordinary (-6, 0]; sometimes (edge) extreme down to -60, so
+    log-ratios exceed 20; (hardening) down to -110, beyond the float32 exp limit 88 and
+    at -100; sometimes a round value that makes exact ties."""
+    kinds = ["ordinary", "ordinary", "ordinary", "round"] + (["extreme"] if allows("edge") else [])
+    kind = draw(st.sampled_from(kinds))
     if kind == "ordinary":
         return draw(cs.finite(-6.0, 0.0))
     if kind == "extreme":
-        return draw(cs.finite(-110.0, -20.0))
-    return draw(st.sampled_from((0.0, -0.5, -1.0, -100.0)))
+        return draw(cs.finite(-110.0 if allows("hardening") else -60.0, -20.0))
+    return draw(st.sampled_from((0.0, -0.5, -1.0) + ((-100.0,) if allows("hardening") else ())))
 
 
 @st.composite
@@ -63,8 +74,9 @@ def logprob_batch(
     max_samples: int = 5,
 ) -> dict[str, Any]:
     """A ragged batch with per-token log-prob ``fields`` and ordinary float ``weights``
-    (upstream gradients, scores), mask holes, L_i = 0 and L_i = max, garbage padding."""
-    n = draw(st.integers(min_samples, max_samples))
+    (upstream gradients, scores), mask holes, L_i = 0 and L_i = max, garbage padding.
+    Token scores at mask holes are rewards on a tool observation: 0 below the edge domain."""
+    n = draw(st.integers(cs.fewest_samples(min_samples), max(max_samples, min_samples)))
     samples = []
     for i in range(n):
         length = draw(cs.lengths())
@@ -72,13 +84,29 @@ def logprob_batch(
         for field in fields:
             sample[field] = draw(st.lists(logprob_value(), min_size=length, max_size=length))
         for field in weights:
-            sample[field] = draw(st.lists(cs.finite(-2.0, 2.0), min_size=length, max_size=length))
+            sample[field] = [
+                draw(cs.finite(-2.0, 2.0)) if m or field != "scores" or allows("edge") else 0.0
+                for m in sample["mask"]
+            ]
         samples.append(sample)
     return {
         "samples": samples,
         "pad_value": draw(cs.pad_values()),
         "extra_pad": draw(st.integers(0, 2)),
     }
+
+
+KL_FEATURES = (
+    "mask_holes",
+    "padding_finite",
+    "extra_padding",
+    "empty_response",
+    "actionless_sample",
+    "extreme_log_ratio",
+    "padding_nonfinite",
+    "overflow",
+    "zero_width",
+)
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -120,6 +148,7 @@ def gradient(
             f"[{clause_id}] {op}: the output carries no gradient with respect to logprob "
             "(detached?); the contract fixes d/dlogprob",
             detail={"what": "gradient", "expected": "a gradient path", "actual": "none"},
+            check="differentiable",
         )
     try:
         (grad,) = torch.autograd.grad(
@@ -148,6 +177,27 @@ def closest(
         ]
         for i, row in enumerate(actual)
     ]
+
+
+def accept_overflow(
+    ctx: Any,
+    expected: list[list[float]],
+    actual: list[list[float]],
+    expected_grad: list[list[float]],
+    actual_grad: list[list[float]],
+) -> tuple[list[list[float]], list[list[float]]]:
+    """Without a clamp a value may overflow: where the exact value exceeds the dtype's range
+    an infinite value of the same sign is accepted, and the gradient there is not checked
+    (finiteness of the gradient is required only where the value is finite)."""
+    limit = torch.finfo(ctx.dtype).max
+    values, grads = [list(row) for row in expected], [list(row) for row in expected_grad]
+    for i, row in enumerate(actual):
+        for t, a in enumerate(row):
+            e = expected[i][t]
+            if math.isinf(a) and not math.isnan(e) and abs(e) > limit and (a > 0) == (e > 0):
+                values[i][t] = a
+                grads[i][t] = actual_grad[i][t]
+    return values, grads
 
 
 def nudged_clamps(clamps: dict[str, float | None], eps: float) -> list[dict[str, float | None]]:
@@ -237,15 +287,23 @@ def _check_kl_penalty(ctx: Any, case: dict[str, Any], clause_id: str) -> None:
     out = ctx.call("kl_penalty", logprob, ref_logprob, mode)
     grad = gradient(clause_id, "kl_penalty", out, logprob, padded(ctx, case, upstream, 0.0))
     actual_values, actual_grads = unpad_right(out, lengths), unpad_right(grad, lengths)
-    assert_rows_close(
-        clause_id,
-        f"kl_penalty({mode!r}) value",
+    expected_values, expected_grads = accept_overflow(
+        ctx,
         closest([[values for values, _ in rows] for rows in candidates], actual_values),
         actual_values,
-        uids=uids,
-        tolerance=ctx.tolerance,
-        scale=[[s[0] for s in row] for row in scales],
+        closest([_weighted_grads(upstream, rows) for rows in candidates], actual_grads),
+        actual_grads,
     )
+    with ctx.check("value"):
+        assert_rows_close(
+            clause_id,
+            f"kl_penalty({mode!r}) value",
+            expected_values,
+            actual_values,
+            uids=uids,
+            tolerance=ctx.tolerance,
+            scale=[[s[0] for s in row] for row in scales],
+        )
     grad_scale = [
         [
             (abs(a - b) if straight else s[1]) * abs(w)
@@ -253,15 +311,16 @@ def _check_kl_penalty(ctx: Any, case: dict[str, Any], clause_id: str) -> None:
         ]
         for lp, rf, row, up in zip(logp, ref, scales, upstream, strict=True)
     ]
-    assert_rows_close(
-        clause_id,
-        f"kl_penalty({mode!r}) upstream-weighted d/dlogprob",
-        closest([_weighted_grads(upstream, rows) for rows in candidates], actual_grads),
-        actual_grads,
-        uids=uids,
-        tolerance=ctx.tolerance,
-        scale=grad_scale,
-    )
+    with ctx.check("grad"):
+        assert_rows_close(
+            clause_id,
+            f"kl_penalty({mode!r}) upstream-weighted d/dlogprob",
+            expected_grads,
+            actual_grads,
+            uids=uids,
+            tolerance=ctx.tolerance,
+            scale=grad_scale,
+        )
 
 
 def _penalty_example(mode: str, samples: list[dict[str, Any]], pad: float, extra: int = 1) -> dict:
@@ -330,6 +389,8 @@ _ESTIMATOR_EXAMPLES = (
     ops=("kl_penalty",),
     strategy=_penalty_case(BASE_MODES),
     examples=_ESTIMATOR_EXAMPLES,
+    checks=("value", "grad", "differentiable"),
+    meets=KL_FEATURES,
 )
 def check_estimators(ctx: Any, case: dict[str, Any]) -> None:
     _check_kl_penalty(ctx, case, "kl.estimators")
@@ -355,6 +416,8 @@ _STRAIGHT_THROUGH_EXAMPLES = (
     ops=("kl_penalty",),
     strategy=_penalty_case(STRAIGHT_THROUGH_MODES),
     examples=_STRAIGHT_THROUGH_EXAMPLES,
+    checks=("value", "grad", "differentiable"),
+    meets=KL_FEATURES,
 )
 def check_straight_through(ctx: Any, case: dict[str, Any]) -> None:
     _check_kl_penalty(ctx, case, "kl.straight_through")
@@ -381,17 +444,15 @@ def _weighted_conditioning(
     log_ratio_clamp: float | None,
 ) -> tuple[float, float]:
     """Rounding scales of w * kl and of its derivative (w carries exp's relative rounding of
-    the log-ratio, eps (1 + |logp - old|)). A clamped product is exact: scale 0."""
-    kl, dkl = oracle.estimate(estimator, lp, rf, ref_clamp=ref_clamp, value_clamp=None)
+    the log-ratio, eps (1 + |logp - old|)). A clamped kl is exact before the weighting."""
+    kl, dkl = oracle.estimate(estimator, lp, rf, ref_clamp=ref_clamp, value_clamp=value_clamp)
     kl_scale, dkl_scale = estimator_conditioning(
-        estimator, lp, rf, ref_clamp=ref_clamp, value_clamp=None
+        estimator, lp, rf, ref_clamp=ref_clamp, value_clamp=value_clamp
     )
     log_ratio = lp - od
     if log_ratio_clamp is not None:
         log_ratio = max(-log_ratio_clamp, min(log_ratio_clamp, log_ratio))
     w = oracle.exp_or_inf(log_ratio)
-    if estimator == "k3" and value_clamp is not None and abs(w * kl) > value_clamp:
-        return 0.0, 0.0
     spread = 1.0 + abs(log_ratio)
     return (
         w * (abs(kl) * spread + kl_scale),
@@ -401,7 +462,7 @@ def _weighted_conditioning(
 
 _WEIGHTED_ROWS = [
     # logp - old beyond +-20 (ratio clamp), logp near -100, and w * k3 > 10 while k3 < 10
-    # (the value clamp acts after the weighting).
+    # (the value clamp acts on the KL before the weighting: the product may exceed 10).
     {
         "uid": "s0",
         "mask": [1, 1, 1, 1, 1],
@@ -440,12 +501,14 @@ _WEIGHTED_EXAMPLES = tuple(
     title="Importance-weighted (unbiased) KL",
     statement="""kl = w * kl_est(logp, ref) with w = exp(clamp(logp - old,
     +-kl_is_log_ratio_clamp)) (slime use_unbiased_kl; profile clamp default 20, slime none).
-    The ratio carries gradient (it is not detached in slime, and the estimator of
-    KL(pi || ref) from samples of old needs it): d/dlogp = w' kl_est + w kl_est'. The k3
-    value clamp applies to the weighted value. Element-wise: padding is ignored.""",
+    The ratio carries gradient (it is not detached: the estimator of KL(pi || ref) from
+    samples of old needs it): d/dlogp = w' kl_est + w kl_est'. The k3 value clamp applies to
+    the KL before it is weighted. Element-wise: padding is ignored.""",
     ops=("importance_weighted_kl",),
     strategy=_weighted_case(),
     examples=_WEIGHTED_EXAMPLES,
+    checks=("value", "grad", "differentiable"),
+    meets=KL_FEATURES,
 )
 def check_importance_weighted(ctx: Any, case: dict[str, Any]) -> None:
     clause_id = "kl.importance_weighted"
@@ -482,27 +545,36 @@ def check_importance_weighted(ctx: Any, case: dict[str, Any]) -> None:
         clause_id, "importance_weighted_kl", out, logprob, padded(ctx, case, upstream, 0.0)
     )
     actual_values, actual_grads = unpad_right(out, lengths), unpad_right(grad, lengths)
-    assert_rows_close(
-        clause_id,
-        f"importance_weighted_kl({mode!r}) value",
+    expected_values, expected_grads = accept_overflow(
+        ctx,
         closest([[values for values, _ in rows] for rows in candidates], actual_values),
         actual_values,
-        uids=uids,
-        tolerance=ctx.tolerance,
-        scale=[[s[0] for s in row] for row in scales],
-    )
-    assert_rows_close(
-        clause_id,
-        f"importance_weighted_kl({mode!r}) upstream-weighted d/dlogprob",
         closest([_weighted_grads(upstream, rows) for rows in candidates], actual_grads),
         actual_grads,
-        uids=uids,
-        tolerance=ctx.tolerance,
-        scale=[
-            [s[1] * abs(w) for s, w in zip(row, up, strict=True)]
-            for row, up in zip(scales, upstream, strict=True)
-        ],
     )
+    with ctx.check("value"):
+        assert_rows_close(
+            clause_id,
+            f"importance_weighted_kl({mode!r}) value",
+            expected_values,
+            actual_values,
+            uids=uids,
+            tolerance=ctx.tolerance,
+            scale=[[s[0] for s in row] for row in scales],
+        )
+    with ctx.check("grad"):
+        assert_rows_close(
+            clause_id,
+            f"importance_weighted_kl({mode!r}) upstream-weighted d/dlogprob",
+            expected_grads,
+            actual_grads,
+            uids=uids,
+            tolerance=ctx.tolerance,
+            scale=[
+                [s[1] * abs(w) for s, w in zip(row, up, strict=True)]
+                for row, up in zip(scales, upstream, strict=True)
+            ],
+        )
 
 
 # --- kl.in_reward --------------------------------------------------------------------------
@@ -562,6 +634,8 @@ _IN_REWARD_EXAMPLES = (
     ops=("apply_kl_in_reward",),
     strategy=_in_reward_case(),
     examples=_IN_REWARD_EXAMPLES,
+    checks=("padding_zero", "rewards", "metric"),
+    meets=(*KL_FEATURES, "hole_reward", "empty_batch", "no_samples"),
 )
 def check_in_reward(ctx: Any, case: dict[str, Any]) -> None:
     clause_id = "kl.in_reward"
@@ -598,19 +672,21 @@ def check_in_reward(ctx: Any, case: dict[str, Any]) -> None:
         beta,
         mode,
     )
-    assert_padding_zero(clause_id, "token_level_rewards", token_rewards, lengths, uids)
-    assert_rows_close(
-        clause_id,
-        f"token_level_rewards (mode {mode!r}, beta {beta!r})",
-        expected,
-        unpad_right(token_rewards, lengths),
-        uids=uids,
-        tolerance=ctx.tolerance,
-        scale=[
-            [abs(s) + beta * k for s, k in zip(sc, row, strict=True)]
-            for sc, row in zip(scores, kl_sizes, strict=True)
-        ],
-    )
+    with ctx.check("padding_zero"):
+        assert_padding_zero(clause_id, "token_level_rewards", token_rewards, lengths, uids)
+    with ctx.check("rewards"):
+        assert_rows_close(
+            clause_id,
+            f"token_level_rewards (mode {mode!r}, beta {beta!r})",
+            expected,
+            unpad_right(token_rewards, lengths),
+            uids=uids,
+            tolerance=ctx.tolerance,
+            scale=[
+                [abs(s) + beta * k for s, k in zip(sc, row, strict=True)]
+                for sc, row in zip(scores, kl_sizes, strict=True)
+            ],
+        )
     metric_scale = math.fsum(
         math.fsum(k for k, m in zip(row, mask, strict=True) if m)
         for row, mask in zip(kl_sizes, masks, strict=True)
@@ -622,6 +698,7 @@ def check_in_reward(ctx: Any, case: dict[str, Any]) -> None:
         float(metric),
         tolerance=ctx.tolerance,
         scale=metric_scale,
+        check="metric",
     )
 
 
@@ -690,6 +767,8 @@ _CONTROLLER_EXAMPLES = (
     ops=("kl_controller_update",),
     strategy=_controller_case(),
     examples=_CONTROLLER_EXAMPLES,
+    checks=("value",),
+    meets=(),
 )
 def check_adaptive_controller(ctx: Any, case: dict[str, Any]) -> None:
     clause_id = "kl.adaptive_controller"
@@ -709,4 +788,5 @@ def check_adaptive_controller(ctx: Any, case: dict[str, Any]) -> None:
             expected,
             actual,
             tolerance=ctx.tolerance,
+            check="value",
         )

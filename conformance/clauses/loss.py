@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.compare import Tolerance, assert_rows_close, assert_scalar_close
 from rlconform.conformance.errors import ClauseMismatch, TargetError
+from rlconform.conformance.features import allows
 from rlconform.conformance.harness import pad_right, to_float_list, unpad_right
 from rlconform.conformance.registry import clause
 from rlconform.oracle import loss as oracle
@@ -81,13 +82,16 @@ def _unpack(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
         raise ClauseMismatch(
-            f"[{clause_id}] the operation must return (loss, metrics dict), got {type(result).__name__}"
+            f"[{clause_id}] the operation must return (loss, metrics dict), got {type(result).__name__}",
+            check="shape",
         )
     loss, metrics = result
     values = {}
     for key in metric_keys:
         if key not in metrics:
-            raise ClauseMismatch(f"[{clause_id}] metric {key!r} is missing (got {sorted(metrics)})")
+            raise ClauseMismatch(
+                f"[{clause_id}] metric {key!r} is missing (got {sorted(metrics)})", check="shape"
+            )
         values[key] = float(torch.as_tensor(metrics[key]).detach().to("cpu", torch.float64))
     return loss, values
 
@@ -95,7 +99,9 @@ def _unpack(
 def _assert_shape(clause_id: str, what: str, tensor: Any, shape: tuple[int, int]) -> None:
     actual = tuple(getattr(tensor, "shape", ()))
     if actual != shape:
-        raise ClauseMismatch(f"[{clause_id}] {what}: shape {actual}, expected {shape}")
+        raise ClauseMismatch(
+            f"[{clause_id}] {what}: shape {actual}, expected {shape}", check="shape"
+        )
 
 
 def _on_actions(rows: list[list[float]], masks: list[list[int]]) -> list[list[float]]:
@@ -162,7 +168,8 @@ def _gradients(
     """dS/d inputs through the target's autograd graph (a missing graph is a failure)."""
     if not scalar.requires_grad:
         raise ClauseMismatch(
-            f"[{clause_id}] the loss is not differentiable: no gradient reaches the inputs"
+            f"[{clause_id}] the loss is not differentiable: no gradient reaches the inputs",
+            check="differentiable",
         )
     try:
         grads = torch.autograd.grad(scalar, inputs, allow_unused=True)
@@ -308,57 +315,114 @@ def _check_policy(ctx: Any, case: dict[str, Any], clause_id: str, mode: str) -> 
     )
     loss, metrics = _unpack(clause_id, result, ("clipfrac",))
     _assert_shape(clause_id, "per-token loss", loss, tuple(action.shape))
-    _assert_action_rows_close(
-        clause_id,
-        "per-token loss",
-        expected,
-        unpad_right(loss, lengths),
-        masks,
-        uids,
-        ctx.tolerance,
-        [s[0] for s in scales],
-    )
+    with ctx.check("loss"):
+        _assert_action_rows_close(
+            clause_id,
+            "per-token loss",
+            expected,
+            unpad_right(loss, lengths),
+            masks,
+            uids,
+            ctx.tolerance,
+            [s[0] for s in scales],
+        )
     scalar = _token_mean(loss, action)
-    assert_scalar_close(
-        clause_id,
-        "token-mean loss over action tokens",
-        oracle.action_token_mean(expected, masks),
-        float(scalar.detach()),
-        tolerance=ctx.tolerance,
-        scale=_total_scale([s[0] for s in scales], masks),
-    )
+    with ctx.check("scalar"):
+        assert_scalar_close(
+            clause_id,
+            "token-mean loss over action tokens",
+            oracle.action_token_mean(expected, masks),
+            float(scalar.detach()),
+            tolerance=ctx.tolerance,
+            scale=_total_scale([s[0] for s in scales], masks),
+        )
     (grad,) = _gradients(clause_id, scalar, [log_prob])
-    _assert_action_rows_close(
-        clause_id,
-        "d(token-mean loss)/d log_prob",
-        expected_grad,
-        unpad_right(grad, lengths),
-        masks,
-        uids,
-        ctx.tolerance,
-        [s[1] for s in scales],
-    )
-    _assert_zero_off_actions(clause_id, "d(token-mean loss)/d log_prob", grad, masks, uids)
-    assert_scalar_close(
-        clause_id,
-        "clipfrac (share of action tokens)",
-        oracle.clip_fraction([r[1] for r in results], masks),
-        metrics["clipfrac"],
-        tolerance=ctx.tolerance,
-    )
+    with ctx.check("grad"):
+        _assert_action_rows_close(
+            clause_id,
+            "d(token-mean loss)/d log_prob",
+            expected_grad,
+            unpad_right(grad, lengths),
+            masks,
+            uids,
+            ctx.tolerance,
+            [s[1] for s in scales],
+        )
+    with ctx.check("grad_off_actions"):
+        _assert_zero_off_actions(clause_id, "d(token-mean loss)/d log_prob", grad, masks, uids)
+    with ctx.check("clipfrac"):
+        assert_scalar_close(
+            clause_id,
+            "clipfrac (share of action tokens)",
+            oracle.clip_fraction([r[1] for r in results], masks),
+            metrics["clipfrac"],
+            tolerance=ctx.tolerance,
+        )
+
+
+# Checks and features ---------------------------------------------------------------------
+
+# shape: (loss (B,T), metrics) with the named metrics; loss: per-token loss on action tokens;
+# scalar: its token-mean; grad / grad_off_actions: d scalar / d input on action tokens, and
+# exactly 0 elsewhere; clipfrac: the reported clip fraction; differentiable: a graph exists.
+POLICY_CHECKS = (
+    "shape",
+    "loss",
+    "scalar",
+    "grad",
+    "grad_off_actions",
+    "clipfrac",
+    "differentiable",
+)
+ACTOR_CHECKS = (
+    "shape",
+    "loss",
+    "scalar",
+    "grad_pg",
+    "grad_entropy",
+    "grad_kl",
+    "grad_off_actions",
+    "term_pg_loss",
+    "term_entropy",
+    "term_kl_loss",
+    "differentiable",
+)
+LOSS_FEATURES = (
+    "mask_holes",
+    "padding_finite",
+    "extra_padding",
+    "empty_response",
+    "actionless_sample",
+    "empty_batch",
+    "no_samples",
+    "padding_nonfinite",
+    "overflow",
+    "zero_width",
+)
+POLICY_FEATURES = (*LOSS_FEATURES, "extreme_log_ratio")
 
 
 # Generators -----------------------------------------------------------------------------
 
-_LOGPROB = st.one_of(
-    st.floats(-8.0, 0.0, width=32),
-    st.sampled_from([0.0, -1e-6, -99.5, -100.0, -150.0]),
-)
-_LOG_RATIO = st.one_of(
-    st.floats(-1.0, 1.0, width=32),
-    st.floats(-6.0, 6.0, width=32),
-    st.sampled_from([0.0, 25.0, -25.0, 60.0, -60.0, 99.5, -99.5, 150.0]),
-)
+
+def _logprob() -> st.SearchStrategy[float]:
+    """Old log-probs: ordinary, and (hardening) <= -100 where float32 exp underflows."""
+    extreme = [-99.5, -100.0, -150.0] if allows("hardening") else []
+    return st.one_of(st.floats(-8.0, 0.0, width=32), st.sampled_from([0.0, -1e-6, *extreme]))
+
+
+def _log_ratio() -> st.SearchStrategy[float]:
+    """logp - old: ordinary, (edge) beyond the +-20 clamp, (hardening) beyond exp's range."""
+    special = [0.0]
+    if allows("edge"):
+        special += [25.0, -25.0, 60.0, -60.0]
+    if allows("hardening"):
+        special += [99.5, -99.5, 150.0]
+    return st.one_of(
+        st.floats(-1.0, 1.0, width=32), st.floats(-6.0, 6.0, width=32), st.sampled_from(special)
+    )
+
+
 # |A| >= 2^-20 or exactly 0: a subnormal advantage makes -A r and -A clamp(r) underflow to
 # the same float32 value, which is rounding, not a clipping decision.
 _ADVANTAGE = st.one_of(
@@ -442,9 +506,9 @@ def _policy_case(draw: Any, mode: str, profile: Any) -> dict[str, Any]:
             "adv": [],
         }
         for _ in range(length):
-            old = draw(_LOGPROB)
+            old = draw(_logprob())
             sample["old"].append(old)
-            sample["logp"].append(_f32(min(0.0, old + draw(_LOG_RATIO))))
+            sample["logp"].append(_f32(min(0.0, old + draw(_log_ratio()))))
             sample["adv"].append(draw(_ADVANTAGE) if sequence_adv is None else sequence_adv)
         for _ in range(8):
             if clear_of_branch_points(mode, sample, case, profile):
@@ -714,6 +778,8 @@ _DPPO_EXAMPLES = (
     ops=("ppo_clip_loss",),
     strategy=_policy_strategy("ppo_clip"),
     examples=_PPO_EXAMPLES,
+    checks=POLICY_CHECKS,
+    meets=POLICY_FEATURES,
 )
 def check_ppo_clip(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``ppo_clip_loss(old, log_prob, adv, mask, *, clip_ratio_low, clip_ratio_high)``
@@ -730,6 +796,8 @@ def check_ppo_clip(ctx: Any, case: dict[str, Any]) -> None:
     ops=("ppo_clip_loss",),
     strategy=_policy_strategy("dual_clip"),
     examples=_DUAL_EXAMPLES,
+    checks=POLICY_CHECKS,
+    meets=POLICY_FEATURES,
 )
 def check_dual_clip(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``ppo_clip_loss(..., clip_ratio_c=c)``. No profile keys."""
@@ -746,6 +814,8 @@ def check_dual_clip(ctx: Any, case: dict[str, Any]) -> None:
     ops=("gspo_loss",),
     strategy=_policy_strategy("gspo"),
     examples=_GSPO_EXAMPLES,
+    checks=POLICY_CHECKS,
+    meets=POLICY_FEATURES,
 )
 def check_gspo(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``gspo_loss(old, log_prob, adv, mask, *, clip_ratio_low, clip_ratio_high)``.
@@ -765,6 +835,8 @@ def check_gspo(ctx: Any, case: dict[str, Any]) -> None:
     ops=("gmpo_loss",),
     strategy=_policy_strategy("gmpo"),
     examples=_GMPO_EXAMPLES,
+    checks=POLICY_CHECKS,
+    meets=POLICY_FEATURES,
 )
 def check_gmpo(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``gmpo_loss(old, log_prob, adv, mask, *, clip_ratio_low, clip_ratio_high)``.
@@ -782,6 +854,8 @@ def check_gmpo(ctx: Any, case: dict[str, Any]) -> None:
     ops=("cispo_loss",),
     strategy=_policy_strategy("cispo"),
     examples=_CISPO_EXAMPLES,
+    checks=POLICY_CHECKS,
+    meets=POLICY_FEATURES,
 )
 def check_cispo(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``cispo_loss(old, log_prob, adv, mask, *, clip_ratio_low, clip_ratio_high)``."""
@@ -798,6 +872,8 @@ def check_cispo(ctx: Any, case: dict[str, Any]) -> None:
     ops=("dppo_tv_loss",),
     strategy=_policy_strategy("dppo_tv"),
     examples=_DPPO_EXAMPLES,
+    checks=POLICY_CHECKS,
+    meets=POLICY_FEATURES,
 )
 def check_dppo_tv(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``dppo_tv_loss(old, log_prob, adv, mask, *, clip_ratio_low, clip_ratio_high,
@@ -903,6 +979,8 @@ _VALUE_EXAMPLES = (
     ops=("value_loss",),
     strategy=_value_case(),
     examples=_VALUE_EXAMPLES,
+    checks=POLICY_CHECKS,
+    meets=LOSS_FEATURES,
 )
 def check_value_clip(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``value_loss(vpreds, returns, values, mask, *, cliprange_value) -> (loss, {"vf_clipfrac"})``
@@ -941,44 +1019,49 @@ def check_value_clip(ctx: Any, case: dict[str, Any]) -> None:
     )
     loss, metrics = _unpack(clause_id, result, ("vf_clipfrac",))
     _assert_shape(clause_id, "per-token value loss", loss, tuple(action.shape))
-    _assert_action_rows_close(
-        clause_id,
-        "per-token value loss",
-        expected,
-        unpad_right(loss, lengths),
-        masks,
-        uids,
-        ctx.tolerance,
-        loss_scale,
-    )
+    with ctx.check("loss"):
+        _assert_action_rows_close(
+            clause_id,
+            "per-token value loss",
+            expected,
+            unpad_right(loss, lengths),
+            masks,
+            uids,
+            ctx.tolerance,
+            loss_scale,
+        )
     scalar = _token_mean(loss, action)
-    assert_scalar_close(
-        clause_id,
-        "token-mean value loss over action tokens",
-        oracle.action_token_mean(expected, masks),
-        float(scalar.detach()),
-        tolerance=ctx.tolerance,
-        scale=_total_scale(loss_scale, masks),
-    )
+    with ctx.check("scalar"):
+        assert_scalar_close(
+            clause_id,
+            "token-mean value loss over action tokens",
+            oracle.action_token_mean(expected, masks),
+            float(scalar.detach()),
+            tolerance=ctx.tolerance,
+            scale=_total_scale(loss_scale, masks),
+        )
     (grad,) = _gradients(clause_id, scalar, [vpreds])
-    _assert_action_rows_close(
-        clause_id,
-        "d(token-mean value loss)/d vpreds",
-        expected_grad,
-        unpad_right(grad, lengths),
-        masks,
-        uids,
-        ctx.tolerance,
-        grad_scale,
-    )
-    _assert_zero_off_actions(clause_id, "d(token-mean value loss)/d vpreds", grad, masks, uids)
-    assert_scalar_close(
-        clause_id,
-        "vf_clipfrac (share of action tokens)",
-        oracle.clip_fraction([r[1] for r in results], masks),
-        metrics["vf_clipfrac"],
-        tolerance=ctx.tolerance,
-    )
+    with ctx.check("grad"):
+        _assert_action_rows_close(
+            clause_id,
+            "d(token-mean value loss)/d vpreds",
+            expected_grad,
+            unpad_right(grad, lengths),
+            masks,
+            uids,
+            ctx.tolerance,
+            grad_scale,
+        )
+    with ctx.check("grad_off_actions"):
+        _assert_zero_off_actions(clause_id, "d(token-mean value loss)/d vpreds", grad, masks, uids)
+    with ctx.check("clipfrac"):
+        assert_scalar_close(
+            clause_id,
+            "vf_clipfrac (share of action tokens)",
+            oracle.clip_fraction([r[1] for r in results], masks),
+            metrics["vf_clipfrac"],
+            tolerance=ctx.tolerance,
+        )
 
 
 # Entropy bonus and total actor loss -----------------------------------------------------
@@ -1032,51 +1115,56 @@ def _check_actor(ctx: Any, case: dict[str, Any], clause_id: str) -> None:
     result = ctx.call("actor_loss", *inputs, action, **coefs)
     total, metrics = _unpack(clause_id, result, ("pg_loss", "entropy", "kl_loss"))
     _assert_shape(clause_id, "per-token total loss", total, tuple(action.shape))
-    _assert_action_rows_close(
-        clause_id,
-        "per-token total loss",
-        expected,
-        unpad_right(total, lengths),
-        masks,
-        uids,
-        ctx.tolerance,
-        scale,
-    )
+    with ctx.check("loss"):
+        _assert_action_rows_close(
+            clause_id,
+            "per-token total loss",
+            expected,
+            unpad_right(total, lengths),
+            masks,
+            uids,
+            ctx.tolerance,
+            scale,
+        )
     scalar = _token_mean(total, action)
-    assert_scalar_close(
-        clause_id,
-        "token-mean total loss over action tokens",
-        oracle.action_token_mean(expected, masks),
-        float(scalar.detach()),
-        tolerance=ctx.tolerance,
-        scale=_total_scale(scale, masks),
-    )
+    with ctx.check("scalar"):
+        assert_scalar_close(
+            clause_id,
+            "token-mean total loss over action tokens",
+            oracle.action_token_mean(expected, masks),
+            float(scalar.detach()),
+            tolerance=ctx.tolerance,
+            scale=_total_scale(scale, masks),
+        )
     grads = _gradients(clause_id, scalar, inputs)
     for k, (name, grad) in enumerate(zip(_TERMS, grads, strict=True)):
         what = f"d(token-mean total loss)/d {name}"
         expected_rows = [g[k] for g in expected_grads]
         grad_scale = [[abs(g) for g in row] for row in expected_rows]
-        _assert_action_rows_close(
-            clause_id,
-            what,
-            expected_rows,
-            unpad_right(grad, lengths),
-            masks,
-            uids,
-            ctx.tolerance,
-            grad_scale,
-        )
-        _assert_zero_off_actions(clause_id, what, grad, masks, uids)
+        with ctx.check(f"grad_{name}"):
+            _assert_action_rows_close(
+                clause_id,
+                what,
+                expected_rows,
+                unpad_right(grad, lengths),
+                masks,
+                uids,
+                ctx.tolerance,
+                grad_scale,
+            )
+        with ctx.check("grad_off_actions"):
+            _assert_zero_off_actions(clause_id, what, grad, masks, uids)
     for key, name in (("pg_loss", "pg"), ("entropy", "entropy"), ("kl_loss", "kl")):
         values = ragged[name]
-        assert_scalar_close(
-            clause_id,
-            f"reported term {key!r} (action-token mean)",
-            oracle.action_token_mean(values, masks),
-            metrics[key],
-            tolerance=ctx.tolerance,
-            scale=oracle.action_token_mean([[abs(v) for v in row] for row in values], masks),
-        )
+        with ctx.check(f"term_{key}"):
+            assert_scalar_close(
+                clause_id,
+                f"reported term {key!r} (action-token mean)",
+                oracle.action_token_mean(values, masks),
+                metrics[key],
+                tolerance=ctx.tolerance,
+                scale=oracle.action_token_mean([[abs(v) for v in row] for row in values], masks),
+            )
 
 
 def _actor_sample(
@@ -1137,6 +1225,8 @@ _TOTAL_EXAMPLES = (
     ops=("actor_loss",),
     strategy=_actor_case(with_kl=False),
     examples=_ENTROPY_EXAMPLES,
+    checks=ACTOR_CHECKS,
+    meets=LOSS_FEATURES,
 )
 def check_entropy_bonus(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``actor_loss(pg_loss, entropy, kl, mask, *, entropy_coeff, kl_coef) -> (total,
@@ -1153,6 +1243,8 @@ def check_entropy_bonus(ctx: Any, case: dict[str, Any]) -> None:
     ops=("actor_loss",),
     strategy=_actor_case(with_kl=True),
     examples=_TOTAL_EXAMPLES,
+    checks=ACTOR_CHECKS,
+    meets=LOSS_FEATURES,
 )
 def check_total(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``actor_loss(pg_loss, entropy, kl, mask, *, entropy_coeff, kl_coef)``."""

@@ -1,13 +1,19 @@
 """Clauses of the CONTRACT area `offpolicy`.
 
 Operations take the action-token mask (``response_mask``: 0 on mask holes and padding) and
-return (B, T) weights or masks that are 0 wherever it is 0; padded inputs are
-NaN/inf/garbage and must not leak. Thresholds are operation arguments drawn by the case.
+return (B, T) weights or masks. They are compared on action tokens; what an operation puts
+at padding and mask-0 positions is ignored by what consumes it, so any finite value passes
+there (NaN/inf would poison a masked multiply: check ``off_action_finite``). Padded inputs
+are garbage and must not leak into action tokens. Thresholds are operation arguments drawn
+by the case. Checks: ``weights`` (or ``mask``, OPSM), ``off_action_finite``, ``value``
+(logprob_gap).
 
-Profile keys read here: ``is_sequence_log_ratio`` (``sum``, the default: the sequence
-ratio is exp of the summed token log-ratios, as TRL; ``mean``: exp of their mean, the
-geometric mean) and ``logprob_gap_reduction`` (``token_mean``, the default, or
-``sample_mean`` as slime's per-sample means averaged over samples).
+Profile keys read here: ``is_sequence_log_ratio`` (the contract's ``sequence_log_ratio``:
+``sum``, the default: the sequence ratio is exp of the summed token log-ratios, as TRL;
+``mean``: exp of their mean, the geometric mean), ``is_log_ratio_clamp`` (a clamp of the
+log-ratio before exp, verl 20; default none) and ``logprob_gap_reduction`` (the contract's
+``reduction``: ``token_mean``, the default, or ``sample_mean`` as slime's per-sample means
+averaged over samples).
 
 Tolerance: a ratio exp(x) is accurate to about eps (1 + |x|) relative (x's own rounding),
 so values get ``scale = |w| (1 + |x|)``. A keep/reject decision whose statistic lies within
@@ -37,7 +43,9 @@ from rlconform.conformance.clauses.kl import (
     padded,
 )
 from rlconform.conformance.compare import assert_rows_close, assert_rows_equal, assert_scalar_close
-from rlconform.conformance.harness import assert_padding_zero, unpad_right
+from rlconform.conformance.errors import ClauseMismatch
+from rlconform.conformance.features import allows
+from rlconform.conformance.harness import to_float_list, unpad_right
 from rlconform.conformance.registry import clause
 from rlconform.oracle import offpolicy as oracle
 
@@ -101,18 +109,95 @@ def _check_weights(
         action_mask(ctx, case),
         *args,
     )
-    assert_padding_zero(clause_id, "weights", out, lengths, uids)
-    actual = unpad_right(out, lengths)
+    with ctx.check("off_action_finite"):
+        assert_off_actions_finite(clause_id, f"{op} weights", out, masks, uids)
+    actual = on_actions(unpad_right(out, lengths), masks)
     expected = closest(_ratio_candidates(ctx, old, rollout, weights), actual)
-    assert_rows_close(
-        clause_id,
-        f"{op} weights (arguments {args!r})",
-        expected,
-        actual,
-        uids=uids,
-        tolerance=ctx.tolerance,
-        scale=spread(expected, old, rollout, masks),
-    )
+    with ctx.check("weights"):
+        assert_rows_close(
+            clause_id,
+            f"{op} weights (arguments {args!r}, action tokens)",
+            expected,
+            actual,
+            uids=uids,
+            tolerance=ctx.tolerance,
+            scale=spread(expected, old, rollout, masks),
+        )
+
+
+def on_actions(rows: Rows, masks: Sequence[Sequence[int]]) -> Rows:
+    """Rows with every mask-0 position set to 0 (those positions are ignored)."""
+    return [
+        [float(v) if m else 0.0 for v, m in zip(row, mask, strict=True)]
+        for row, mask in zip(rows, masks, strict=True)
+    ]
+
+
+def assert_off_actions_finite(
+    clause_id: str, what: str, out: Any, masks: Sequence[Sequence[int]], uids: Sequence[Any]
+) -> None:
+    """Weights and masks at padding and mask-0 positions may be anything finite."""
+    for i, row in enumerate(to_float_list(out)):
+        for t, value in enumerate(row):
+            action = t < len(masks[i]) and masks[i][t]
+            if not action and not math.isfinite(value):
+                where = "padding" if t >= len(masks[i]) else "a mask-0 token"
+                raise ClauseMismatch(
+                    f"[{clause_id}] {what}: {value!r} on {where} at sample uid={uids[i]!r}, "
+                    f"column {t} (L_i={len(masks[i])}): a masked multiply of the loss would "
+                    "turn it into NaN (any finite value is ignored)",
+                    detail={"what": what, "uid": uids[i], "token": t, "actual": value},
+                )
+
+
+def _clamp(ctx: Any) -> float | None:
+    return ctx.profile.get("is_log_ratio_clamp")
+
+
+OFFPOLICY_FEATURES = (
+    "mask_holes",
+    "padding_finite",
+    "extra_padding",
+    "empty_response",
+    "actionless_sample",
+    "empty_batch",
+    "no_samples",
+    "extreme_log_ratio",
+    "padding_nonfinite",
+    "overflow",
+    "zero_width",
+)
+
+
+def _all_rejected(weights: Callable[[dict[str, Any]], Rows]) -> Callable[[Any], set[str]]:
+    """A feature function: ``all_rejected`` when the rule removes every action token of a
+    batch that has some (the oracle's answer on the case's own float64 values)."""
+
+    def features(case: Any) -> set[str]:
+        masks = [s["mask"] for s in case["samples"]]
+        if not any(any(m) for m in masks):
+            return set()
+        kept = weights(case)
+        return set() if any(w for row in kept for w in row) else {"all_rejected"}
+
+    return features
+
+
+def _case_rows(case: dict[str, Any], field: str) -> Rows:
+    return [list(s[field]) for s in case["samples"]]
+
+
+def _keep_one(case: dict[str, Any]) -> dict[str, Any]:
+    """Below the edge domain, give the first action token a ratio of exactly 1 (inside every
+    band drawn here), so that a band cannot reject the whole batch (``all_rejected``)."""
+    if allows("edge"):
+        return case
+    for sample in case["samples"]:
+        if 1 in sample["mask"]:
+            t = sample["mask"].index(1)
+            sample["rollout"][t] = sample["old"][t]
+            break
+    return case
 
 
 def _ratio_case(**thresholds: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
@@ -156,6 +241,8 @@ def _ratio_examples(**thresholds: Any) -> tuple[dict[str, Any], ...]:
         low=st.sampled_from((0.0, 0.5, 0.8, None)), high=st.sampled_from((1.2, 2.0, 5.0))
     ),
     examples=_ratio_examples(low=0.0, high=2.0) + _ratio_examples(low=0.5, high=1.2)[:1],
+    checks=("off_action_finite", "weights"),
+    meets=OFFPOLICY_FEATURES,
 )
 def check_tis(ctx: Any, case: dict[str, Any]) -> None:
     masks = [s["mask"] for s in case["samples"]]
@@ -163,7 +250,7 @@ def check_tis(ctx: Any, case: dict[str, Any]) -> None:
 
     def weights(old: Rows, rollout: Rows) -> Rows:
         return [
-            oracle.tis_weights(o, r, m, low=low, high=high)
+            oracle.tis_weights(o, r, m, low=low, high=high, log_ratio_clamp=_clamp(ctx))
             for o, r, m in zip(old, rollout, masks, strict=True)
         ]
 
@@ -181,18 +268,27 @@ def _band(lows: tuple[Any, ...], highs: tuple[Any, ...]) -> st.SearchStrategy[tu
 def _icepop_case() -> st.SearchStrategy[dict[str, Any]]:
     return st.tuples(
         logprob_batch(fields=("old", "rollout")), _band((0.0, 0.5, 0.8), (1.2, 2.0, 5.0))
-    ).map(lambda pair: {**pair[0], "low": pair[1][0], "high": pair[1][1]})
+    ).map(lambda pair: _keep_one({**pair[0], "low": pair[1][0], "high": pair[1][1]}))
 
 
 @clause(
     "offpolicy.icepop",
     title="ICEPOP: reject tokens whose ratio leaves the band",
     statement="""w = ratio = exp(old - rollout) where low <= ratio <= high (bounds inclusive),
-    0 outside (rejection, not clamping); 0 off the action tokens.""",
+    0 outside (rejection, not clamping); compared on action tokens, any finite value off
+    them.""",
     ops=("icepop_weights",),
     strategy=_icepop_case(),
     # [1, 1] keeps only ratios of exactly 1: both bounds are inclusive.
     examples=_ratio_examples(low=0.5, high=2.0) + _ratio_examples(low=1.0, high=1.0)[:1],
+    checks=("off_action_finite", "weights"),
+    meets=(*OFFPOLICY_FEATURES, "all_rejected"),
+    case_features=_all_rejected(
+        lambda c: [
+            oracle.icepop_weights(o, r, s["mask"], low=c["low"], high=c["high"])
+            for o, r, s in zip(_case_rows(c, "old"), _case_rows(c, "rollout"), c["samples"])
+        ]
+    ),
 )
 def check_icepop(ctx: Any, case: dict[str, Any]) -> None:
     masks = [s["mask"] for s in case["samples"]]
@@ -200,7 +296,7 @@ def check_icepop(ctx: Any, case: dict[str, Any]) -> None:
 
     def weights(old: Rows, rollout: Rows) -> Rows:
         return [
-            oracle.icepop_weights(o, r, m, low=low, high=high)
+            oracle.icepop_weights(o, r, m, low=low, high=high, log_ratio_clamp=_clamp(ctx))
             for o, r, m in zip(old, rollout, masks, strict=True)
         ]
 
@@ -217,6 +313,10 @@ def _opsm_case(draw: Any) -> dict[str, Any]:
         sample["advantage"] = draw(
             st.one_of(cs.finite(-2.0, 2.0), st.sampled_from((0.0, -1.0, 1.0, -1e-6)))
         )
+    if not allows("edge"):
+        # a negative advantage on every sample could mask the whole batch (edge)
+        for sample in case["samples"][:1]:
+            sample["advantage"] = abs(sample["advantage"])
     case["delta"] = draw(st.sampled_from((1e-4, 0.05, 0.5, 0.0)))
     return case
 
@@ -272,11 +372,19 @@ _OPSM_EXAMPLES = tuple(
     title="Off-policy sequence masking (OPSM)",
     statement="""seq_kl = sum((old - logp) mask) / sum(mask) over the action tokens; a
     sequence with A < 0 and seq_kl > delta is masked out entirely (every token 0);
-    otherwise the mask is the action-token mask. Advantages arrive as (B, T), constant
-    along each sequence.""",
+    otherwise the mask is the action-token mask (compared on action tokens; any finite value
+    off them). Advantages arrive as (B, T), constant along each sequence.""",
     ops=("opsm_mask",),
     strategy=_opsm_case(),
     examples=_OPSM_EXAMPLES,
+    checks=("off_action_finite", "mask"),
+    meets=(*OFFPOLICY_FEATURES, "all_rejected"),
+    case_features=_all_rejected(
+        lambda c: [
+            oracle.opsm_keep(lp, od, s["mask"], s["advantage"], delta=c["delta"])
+            for lp, od, s in zip(_case_rows(c, "logp"), _case_rows(c, "old"), c["samples"])
+        ]
+    ),
 )
 def check_opsm(ctx: Any, case: dict[str, Any]) -> None:
     clause_id = "offpolicy.opsm"
@@ -299,8 +407,9 @@ def check_opsm(ctx: Any, case: dict[str, Any]) -> None:
         action_mask(ctx, case),
         delta,
     )
-    assert_padding_zero(clause_id, "opsm mask", out, lengths, uids)
-    actual = unpad_right(out, lengths)
+    with ctx.check("off_action_finite"):
+        assert_off_actions_finite(clause_id, "opsm mask", out, masks, uids)
+    actual = on_actions(unpad_right(out, lengths), masks)
 
     def keep(logp_rows: Rows) -> Rows:
         return [
@@ -315,7 +424,12 @@ def check_opsm(ctx: Any, case: dict[str, Any]) -> None:
         keep(_nudged(logp, old, -1.0, eps)),
     ]
     assert_rows_equal(
-        clause_id, f"opsm mask (delta {delta!r})", closest(candidates, actual), actual, uids=uids
+        clause_id,
+        f"opsm mask (delta {delta!r}, action tokens)",
+        closest(candidates, actual),
+        actual,
+        uids=uids,
+        check="mask",
     )
 
 
@@ -327,7 +441,9 @@ def _is_case() -> st.SearchStrategy[dict[str, Any]]:
         logprob_batch(fields=("old", "rollout")),
         st.sampled_from(oracle.IS_CORRECTION_MODES),
         _band((None, 0.5, 0.8), (3.0, 3.0, 2.0, 1.2)),
-    ).map(lambda t: {**t[0], "mode": t[1], "clip_min": t[2][0], "clip_max": t[2][1]})
+    ).map(
+        lambda t: _keep_one({**t[0], "mode": t[1], "clip_min": t[2][0], "clip_max": t[2][1]})
+    )
 
 
 def _sequence_spread(
@@ -385,10 +501,21 @@ _IS_EXAMPLES = tuple(
     sequence_mask: one ratio per sequence, exp of the sum over action tokens of the
     log-ratios (profile is_sequence_log_ratio=sum, TRL; =mean: geometric mean). *_truncate
     clamps r to [clip_min, clip_max]; *_mask keeps r inside the band (inclusive) and gives
-    0 outside. clip_max default 3.0, clip_min default none. 0 off the action tokens.""",
+    0 outside. clip_max default 3.0, clip_min default none. Compared on action tokens; any
+    finite value off them. Profile is_log_ratio_clamp: a clamp before exp.""",
     ops=("is_correction_weights",),
     strategy=_is_case(),
     examples=_IS_EXAMPLES,
+    checks=("off_action_finite", "weights"),
+    meets=(*OFFPOLICY_FEATURES, "all_rejected"),
+    case_features=_all_rejected(
+        lambda c: [
+            oracle.is_correction_weights(
+                o, r, s["mask"], mode=c["mode"], clip_min=c["clip_min"], clip_max=c["clip_max"]
+            )
+            for o, r, s in zip(_case_rows(c, "old"), _case_rows(c, "rollout"), c["samples"])
+        ]
+    ),
 )
 def check_is_correction(ctx: Any, case: dict[str, Any]) -> None:
     masks = [s["mask"] for s in case["samples"]]
@@ -405,6 +532,7 @@ def check_is_correction(ctx: Any, case: dict[str, Any]) -> None:
                 clip_min=clip_min,
                 clip_max=clip_max,
                 sequence_log_ratio=sequence_log_ratio,
+                log_ratio_clamp=_clamp(ctx),
             )
             for o, r, m in zip(old, rollout, masks, strict=True)
         ]
@@ -446,6 +574,8 @@ _GAP_EXAMPLES = (
     ops=("logprob_gap",),
     strategy=logprob_batch(fields=("old", "rollout"), min_samples=0),
     examples=_GAP_EXAMPLES,
+    checks=("value",),
+    meets=OFFPOLICY_FEATURES,
 )
 def check_logprob_gap(ctx: Any, case: dict[str, Any]) -> None:
     masks = [s["mask"] for s in case["samples"]]
@@ -474,4 +604,5 @@ def check_logprob_gap(ctx: Any, case: dict[str, Any]) -> None:
         float(actual),
         tolerance=ctx.tolerance,
         scale=scale,
+        check="value",
     )

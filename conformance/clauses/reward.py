@@ -1,7 +1,9 @@
 """Clauses of the CONTRACT area `reward`.
 
 Inputs are handed to the oracle as the target received them (rounded to its dtype), so
-rounding of the case itself is never counted as the implementation's error.
+rounding of the case itself is never counted as the implementation's error. Checks:
+``padding_zero`` (the placed row is exactly 0 past L_i), ``values`` (the placed or
+normalised values, the TD targets), ``count`` (one output per sample).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.compare import assert_equal, assert_rows_close
+from rlconform.conformance.features import allows
 from rlconform.conformance.harness import (
     assert_padding_zero,
     pad_right,
@@ -55,7 +58,18 @@ _PLACE_EXAMPLES = (
 
 
 def _place_case() -> st.SearchStrategy[dict[str, Any]]:
-    return cs.token_batch(fields=(), with_rewards=True)
+    return cs.token_batch(fields=(), with_rewards=True, min_samples=0)
+
+
+PLACE_CHECKS = ("padding_zero", "values")
+PLACE_FEATURES = (
+    "mask_holes",
+    "extra_padding",
+    "empty_response",
+    "actionless_sample",
+    "no_samples",
+    "zero_width",
+)
 
 
 @clause(
@@ -67,6 +81,8 @@ def _place_case() -> st.SearchStrategy[dict[str, Any]]:
     ops=("place_reward_last",),
     strategy=_place_case(),
     examples=_PLACE_EXAMPLES,
+    checks=PLACE_CHECKS,
+    meets=PLACE_FEATURES,
 )
 def check_place_last(ctx: Any, case: dict[str, Any]) -> None:
     samples = case["samples"]
@@ -101,16 +117,19 @@ def _check_placed(
     scale: list[list[float]] | None = None,
 ) -> None:
     """The placed (B, T) token scores: padding exactly 0, valid positions close to expected."""
-    assert_padding_zero(clause_id, "token_level_scores", placed, lengths, uids)
-    assert_rows_close(
-        clause_id,
-        "token_level_scores",
-        expected,
-        unpad_right(placed, lengths),
-        uids=uids,
-        tolerance=ctx.tolerance,
-        scale=scale,
-    )
+    assert_equal(clause_id, "token_level_scores rows", len(lengths), len(placed), check="values")
+    with ctx.check("padding_zero"):
+        assert_padding_zero(clause_id, "token_level_scores", placed, lengths, uids)
+    with ctx.check("values"):
+        assert_rows_close(
+            clause_id,
+            "token_level_scores",
+            expected,
+            unpad_right(placed, lengths),
+            uids=uids,
+            tolerance=ctx.tolerance,
+            scale=scale,
+        )
 
 
 def _scores(ctx: Any, rewards: list[float]) -> tuple[torch.Tensor, list[float]]:
@@ -133,7 +152,7 @@ _UNIFORM_EXAMPLES = (
         "pad_value": 0.0,
         "extra_pad": 2,
     },
-    # A tool observation in the middle: r / L_i on the 3 action tokens of L_i = 4.
+    # A tool observation in the middle: r / 3 on the 3 action tokens of L_i = 4 (not r / 4).
     {
         "samples": [{"uid": "s0", "mask": [1, 0, 1, 1], "reward": 2.0}],
         "pad_value": 0.0,
@@ -144,12 +163,15 @@ _UNIFORM_EXAMPLES = (
 
 @clause(
     "reward.place_uniform",
-    title="Sequence reward spread uniformly over the response",
-    statement="""r / L_i on each action token; 0 on mask-0 tokens and on padding. L_i is the
-    response length, so a response with mask holes sums to r * (action tokens) / L_i.""",
+    title="Sequence reward spread uniformly over the action tokens",
+    statement="""r / n_i on each of the n_i action tokens of the sample, 0 on mask-0 tokens and
+    on padding, so the row sums to r also when the response has mask holes; no action token:
+    an all-zero row.""",
     ops=("place_reward_uniform",),
     strategy=_place_case(),
     examples=_UNIFORM_EXAMPLES,
+    checks=PLACE_CHECKS,
+    meets=PLACE_FEATURES,
 )
 def check_place_uniform(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``place_reward_uniform(scores (B,), response_mask (B,T), loss_mask (B,T)) -> (B,T)``."""
@@ -173,7 +195,7 @@ _GAMMAS = (1.0, 0.99, 0.9, 0.5, 0.0)
 
 @st.composite
 def _discounted_case(draw: Any) -> dict[str, Any]:
-    case = draw(cs.token_batch(fields=(), with_rewards=True, holes=False))
+    case = draw(cs.token_batch(fields=(), with_rewards=True, min_samples=0))
     case["gamma"] = draw(st.sampled_from(_GAMMAS))
     return case
 
@@ -191,7 +213,7 @@ _DISCOUNTED_EXAMPLES = (
         "extra_pad": 2,
         "gamma": 0.5,
     },
-    # g = 0: everything on the last response token; g = 1: uniform r / L_i.
+    # g = 0: everything on the last action token; g = 1: uniform r / n_i.
     {
         "samples": [{"uid": "s0", "mask": [1, 1, 1, 1], "reward": 2.0}],
         "pad_value": 0.0,
@@ -209,27 +231,29 @@ _DISCOUNTED_EXAMPLES = (
 
 @clause(
     "reward.place_discounted",
-    title="Sequence reward spread with a discount towards the end",
-    statement="""Token t gets r * g^(L_i-1-t) / sum_k g^(L_i-1-k), t and k over the L_i response
-    tokens; each row sums to r; padding is 0.""",
+    title="Sequence reward spread over the action tokens with a discount towards the end",
+    statement="""Over the n_i action tokens in order, the k-th gets r * g^(n_i-1-k) /
+    sum_j g^(n_i-1-j); mask-0 tokens and padding 0; each row with an action token sums to r
+    (mask holes included); no action token: an all-zero row.""",
     ops=("place_reward_discounted",),
     strategy=_discounted_case(),
     examples=_DISCOUNTED_EXAMPLES,
+    checks=PLACE_CHECKS,
+    meets=PLACE_FEATURES,
 )
 def check_place_discounted(ctx: Any, case: dict[str, Any]) -> None:
-    """Op ``place_reward_discounted(scores (B,), response_mask (B,T), gamma) -> (B,T)``."""
+    """Op ``place_reward_discounted(scores (B,), response_mask (B,T), loss_mask (B,T),
+    gamma) -> (B,T)``."""
     samples = case["samples"]
     lengths = cs.lengths_of(case)
     uids = cs.uids_of(case)
-    width = cs.width_of_case(case)
     gamma = case["gamma"]
     scores, received = _scores(ctx, [s["reward"] for s in samples])
     expected = [
-        oracle.place_reward_discounted(r, n, gamma, uid=u)
-        for r, n, u in zip(received, lengths, uids, strict=True)
+        oracle.place_reward_discounted(r, s["mask"], gamma, uid=s["uid"])
+        for r, s in zip(received, samples, strict=True)
     ]
-    response_mask = right_mask(lengths, width, ctx.device)
-    placed = ctx.call("place_reward_discounted", scores, response_mask, gamma)
+    placed = ctx.call("place_reward_discounted", scores, *_place_masks(ctx, case), gamma)
     scale = [[r] * n for r, n in zip(received, lengths, strict=True)]
     _check_placed(ctx, "reward.place_discounted", expected, placed, lengths, uids, scale)
 
@@ -249,15 +273,34 @@ NORMALIZE_K = 4.0
 
 @st.composite
 def _normalize_case(draw: Any) -> dict[str, Any]:
-    n = draw(st.integers(0, 5))
-    rewards = draw(cs.rewards(n))
+    """Rewards of kept and dropped samples; a dropped sample may hold anything (a filter
+    drops non-finite rewards: that is why it was dropped)."""
+    n = draw(st.integers(cs.fewest_samples(0), 5))
     keep = draw(st.lists(st.booleans(), min_size=n, max_size=n))
-    pad = draw(cs.pad_values())
+    if not allows("edge") and n and not any(keep):
+        keep[0] = True  # a batch whose samples were all dropped is an edge case
+    kept_rewards = draw(cs.rewards(sum(keep)))
+    rewards = iter(kept_rewards)
+    dropped = st.sampled_from((float("nan"), float("inf"), 7.5, 0.0))
     samples = [
-        {"uid": f"s{i}", "reward": r if k else pad, "kept": k}
-        for i, (r, k) in enumerate(zip(rewards, keep, strict=True))
+        {"uid": f"s{i}", "reward": next(rewards) if k else draw(dropped), "kept": k}
+        for i, k in enumerate(keep)
     ]
     return {"samples": samples}
+
+
+def _normalize_features(case: dict[str, Any]) -> set[str]:
+    """no_samples; all_rejected (every sample dropped); equal_scores among the kept."""
+    samples = case["samples"]
+    kept = [s["reward"] for s in samples if s["kept"]]
+    if not samples:
+        return {"no_samples"}
+    if not kept:
+        return {"all_rejected"}
+    spread = max(kept) - min(kept) if all(math.isfinite(r) for r in kept) else math.inf
+    if len(kept) > 1 and spread <= 1e-4 * max(1.0, max(abs(r) for r in kept)):
+        return {"equal_scores"}
+    return set()
 
 
 _NORMALIZE_EXAMPLES = (
@@ -321,6 +364,8 @@ _NORMALIZE_EXAMPLES = (
     ops=("normalize_rewards",),
     strategy=_normalize_case(),
     examples=_NORMALIZE_EXAMPLES,
+    checks=("count", "values"),
+    case_features=_normalize_features,
 )
 def check_normalize_batch(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``normalize_rewards(scores (B,), keep (B,) bool) -> (B,)``. Profile keys
@@ -336,8 +381,9 @@ def check_normalize_batch(ctx: Any, case: dict[str, Any]) -> None:
         received, keep_flags, ddof=ddof, eps=eps, uids=[s["uid"] for s in samples]
     )
     actual = to_float_list(ctx.call("normalize_rewards", scores, keep))
-    if len(actual) != len(samples):
-        assert_equal("reward.normalize_batch", "number of outputs", len(samples), len(actual))
+    assert_equal(
+        "reward.normalize_batch", "number of outputs", len(samples), len(actual), check="count"
+    )
     kept = [i for i, k in enumerate(keep_flags) if k]
     kept_values = [received[i] for i in kept]
     if len(set(kept_values)) > 1:
@@ -356,6 +402,7 @@ def check_normalize_batch(ctx: Any, case: dict[str, Any]) -> None:
         tolerance=ctx.tolerance,
         scale=[[conditioning] for _ in kept],
         k=NORMALIZE_K,
+        check="values",
     )
 
 
@@ -367,87 +414,84 @@ _TD_GAMMAS = (0.9, 1.0, 0.5, 0.0)
 
 @st.composite
 def _td_case(draw: Any) -> dict[str, Any]:
-    case = draw(cs.token_batch(fields=("values",), with_rewards=True, holes=False))
-    for sample in case["samples"]:
-        # A truncated trajectory has at least one state to bootstrap from.
-        sample["truncated"] = bool(sample["mask"]) and draw(st.booleans())
-    case["gamma"] = draw(st.sampled_from(_TD_GAMMAS))
-    return case
+    """Per sample a reward, a bootstrap value V_boot and whether the collector truncated it;
+    a terminated sample's V_boot is garbage (NaN or a huge value at hardening) that must be
+    ignored."""
+    n = draw(st.integers(cs.fewest_samples(0), 5))
+    scores = draw(cs.rewards(n))
+    samples = []
+    for i in range(n):
+        truncated = draw(st.booleans())
+        bootstrap = draw(cs.finite()) if truncated else draw(cs.hole_values())
+        samples.append(
+            {"uid": f"s{i}", "reward": scores[i], "bootstrap": bootstrap, "truncated": truncated}
+        )
+    return {"samples": samples, "gamma": draw(st.sampled_from(_TD_GAMMAS))}
+
+
+def _td_features(case: dict[str, Any]) -> set[str]:
+    """no_samples; truncated_sample; a non-finite / huge V_boot a terminated sample ignores."""
+    samples = case["samples"]
+    found = set() if samples else {"no_samples"}
+    for sample in samples:
+        boot = sample["bootstrap"]
+        if sample["truncated"]:
+            found.add("truncated_sample")
+        elif not math.isfinite(boot):
+            found.add("padding_nonfinite")
+        elif abs(boot) > 88:
+            found.add("overflow")
+        elif boot != 0:
+            found.add("padding_finite")
+    return found
 
 
 _TD_EXAMPLES = (
-    # CONTRACT worked example: r 0.2, V(last) 0.8, gamma 0.9 -> terminated 0.2, truncated 0.92.
+    # CONTRACT worked example: r 0.2, V_boot 0.8, gamma 0.9 -> terminated 0.2, truncated 0.92.
     {
         "samples": [
-            {
-                "uid": "terminated",
-                "mask": [1, 1],
-                "values": [0.5, 0.8],
-                "reward": 0.2,
-                "truncated": False,
-            },
-            {
-                "uid": "truncated",
-                "mask": [1, 1],
-                "values": [0.5, 0.8],
-                "reward": 0.2,
-                "truncated": True,
-            },
+            {"uid": "terminated", "reward": 0.2, "bootstrap": 0.8, "truncated": False},
+            {"uid": "truncated", "reward": 0.2, "bootstrap": 0.8, "truncated": True},
         ],
-        "pad_value": 0.0,
-        "extra_pad": 0,
         "gamma": 0.9,
     },
-    # The bootstrap is the truncated row's own last value (0.8 at L_i - 1), not the next
-    # row's first value (-3.0), not the padded last column (NaN); L_i = 0 terminated row.
+    # Each truncated sample bootstraps from its own V_boot; a terminated one ignores its
+    # V_boot even when it is NaN; gamma 0 leaves r.
     {
         "samples": [
-            {"uid": "s0", "mask": [1, 1], "values": [0.1, 0.8], "reward": 0.2, "truncated": True},
-            {
-                "uid": "s1",
-                "mask": [1, 1, 1],
-                "values": [-3.0, 0.4, 2.0],
-                "reward": 1.0,
-                "truncated": False,
-            },
-            {"uid": "s2", "mask": [], "values": [], "reward": -1.0, "truncated": False},
-            {"uid": "s3", "mask": [1], "values": [1.5], "reward": 0.0, "truncated": True},
+            {"uid": "s0", "reward": 0.2, "bootstrap": -3.0, "truncated": True},
+            {"uid": "s1", "reward": 1.0, "bootstrap": NAN, "truncated": False},
+            {"uid": "s2", "reward": -1.0, "bootstrap": 2.5, "truncated": True},
         ],
-        "pad_value": NAN,
-        "extra_pad": 1,
-        "gamma": 0.9,
+        "gamma": 0.5,
     },
+    {"samples": [{"uid": "s0", "reward": 1.5, "bootstrap": 4.0, "truncated": True}], "gamma": 0.0},
+    {"samples": [], "gamma": 0.9},
 )
 
 
 @clause(
     "reward.td_target",
-    title="TD target: bootstrap only truncated trajectories, from their own last state",
+    title="TD target: bootstrap only truncated trajectories, from V_boot",
     statement="""Terminated: target = r; truncated by the collector (task could continue):
-    target = r + gamma * V(last real state), the value at index L_i - 1 of the same
-    trajectory, never the next episode's first. Worked: r 0.2, V 0.8, gamma 0.9 -> 0.2 vs
-    0.92.""",
+    target = r + gamma * V_boot, V_boot the value of the state after the trajectory's last
+    response token (the bootstrap value adv.gae takes), never the next episode's first; a
+    terminated trajectory's V_boot is ignored, whatever it holds. Worked: r 0.2, V 0.8, gamma
+    0.9 -> 0.2 vs 0.92.""",
     ops=("td_targets",),
     strategy=_td_case(),
     examples=_TD_EXAMPLES,
+    checks=("count", "values"),
+    case_features=_td_features,
 )
 def check_td_target(ctx: Any, case: dict[str, Any]) -> None:
-    """Op ``td_targets(scores (B,), values (B,T), response_mask (B,T), truncated (B,) bool,
-    gamma) -> (B,)``; values right-padded (padding may be NaN/inf/garbage)."""
+    """Op ``td_targets(scores (B,), bootstrap_value (B,), truncated (B,) bool, gamma) ->
+    (B,)``."""
     samples = case["samples"]
-    lengths = cs.lengths_of(case)
     uids = cs.uids_of(case)
-    width = cs.width_of_case(case)
     gamma = case["gamma"]
     scores, rewards = _scores(ctx, [s["reward"] for s in samples])
-    values = pad_right(
-        [s["values"] for s in samples],
-        width=width,
-        fill=case["pad_value"],
-        dtype=ctx.dtype,
-        device=ctx.device,
-    )
-    received = unpad_right(values, lengths)
+    bootstrap, received = _scores(ctx, [s["bootstrap"] for s in samples])
     truncated_flags = [bool(s["truncated"]) for s in samples]
     truncated = torch.tensor(truncated_flags, dtype=torch.bool, device=ctx.device)
     expected = [
@@ -455,13 +499,11 @@ def check_td_target(ctx: Any, case: dict[str, Any]) -> None:
         for r, v, cut, u in zip(rewards, received, truncated_flags, uids, strict=True)
     ]
     scale = [
-        abs(r) + (abs(gamma * v[-1]) if cut else 0.0)
+        abs(r) + (2 * abs(gamma * v) if cut else 0.0)
         for r, v, cut in zip(rewards, received, truncated_flags, strict=True)
     ]
-    response_mask = right_mask(lengths, width, ctx.device)
-    actual = to_float_list(ctx.call("td_targets", scores, values, response_mask, truncated, gamma))
-    if len(actual) != len(samples):
-        assert_equal("reward.td_target", "number of targets", len(samples), len(actual))
+    actual = to_float_list(ctx.call("td_targets", scores, bootstrap, truncated, gamma))
+    assert_equal("reward.td_target", "number of targets", len(samples), len(actual), check="count")
     assert_rows_close(
         "reward.td_target",
         "TD targets",
@@ -470,4 +512,5 @@ def check_td_target(ctx: Any, case: dict[str, Any]) -> None:
         uids=uids,
         tolerance=ctx.tolerance,
         scale=[[x] for x in scale],
+        check="values",
     )
