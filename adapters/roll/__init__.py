@@ -10,6 +10,8 @@ back. Operations ROLL has no function for are not implemented (their clauses are
 
 from __future__ import annotations
 
+import sys
+
 from rlconform.adapters.base import Target
 from rlconform.adapters.roll.advantage import AdvantageBindings
 from rlconform.adapters.roll.aggregate import AggregateBindings
@@ -54,7 +56,9 @@ class RollTarget(
         self.data_proto = runtime.data_proto
         self.data_proto_error = runtime.data_proto_error
         self.config_defaults = config_defaults(runtime.functionals)
-        self.sources = RollSources()
+        self.config_module = sys.modules["roll.configs.base_config"]
+        self.sources = RollSources(runtime.root)
+        self.sources.prepare()
         self.profile = PROFILE
         self.shipped_baseline = shipped_baseline
         self.deviations = shipped_deviations() if shipped_baseline else {}

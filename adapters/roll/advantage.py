@@ -69,9 +69,9 @@ class AdvantageBindings(RollCommon):
     agentic_reinforce_estimator = "reinforce"
 
     def _agentic(self) -> types.ModuleType:
-        import importlib
-
-        return importlib.import_module("roll.pipeline.agentic.utils")
+        if self.runtime.agentic is None:
+            raise RuntimeError(f"roll.pipeline.agentic.utils: {self.runtime.agentic_error}")
+        return self.runtime.agentic
 
     # ------------------------------------------------------------------ plumbing
 

@@ -31,10 +31,12 @@ LOSS_MASK_KEY = "final_response_mask"
 class RollCommon:
     """Helpers every ROLL binding mixin uses (set up by ``RollTarget.__init__``)."""
 
+    runtime: Any
     functionals: types.ModuleType
     kl_controller_module: types.ModuleType
     data_proto: type | None
     config_defaults: dict[str, Any]
+    config_module: types.ModuleType
     sources: RollSources
 
     @property

@@ -18,10 +18,10 @@ The contract compares per-token losses; ``loss_func`` returns one scalar. Each a
 rlvr actor, ``response_mask`` for the agentic one, row i alone for the critic) holds only
 (i, t), under ``loss_agg_mode="seq-mean-token-sum"`` (actors) with one valid sample: the
 scalar is then exactly that token's loss (``masked_sum`` of one element / (1 + 1e-8)) and
-its autograd gradient is that token's. The metrics come from one call on the whole batch:
-the actor's ``actor/clipfrac@sum`` under ``loss_agg_mode="token-mean"`` (the share of action
-tokens where the clipped term is chosen, ``torch.lt(surr2, surr1)``), the critic's
-``critic/clipfrac``.
+its autograd gradient is that token's. The metrics come from one call on the whole batch
+under ROLL's default configuration: the actor's ``actor/clipfrac@sum`` (``torch.lt(surr2,
+surr1)``, where the clipped term is chosen, aggregated with the default ``loss_agg_mode``
+"seq-mean-token-mean"), the critic's ``critic/clipfrac``.
 """
 
 from __future__ import annotations
@@ -51,6 +51,23 @@ class _Strategy:
         return self.entropy
 
 
+def _per_token(
+    picked: list[tuple[tuple[int, int], torch.Tensor]],
+    batch_loss: torch.Tensor,
+    response_mask: torch.Tensor,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """The (B, T) per-token losses read out at the action tokens. Every other position holds
+    ROLL's loss of the whole batch (broadcast, not read by anyone), which keeps the result
+    on the autograd graph when the batch has no action token at all."""
+    loss = batch_loss.reshape(()).to(dtype).expand(response_mask.shape)
+    if not picked:
+        return loss
+    index = torch.tensor([p for p, _ in picked], device=response_mask.device).T
+    values = torch.stack([v.reshape(()) for _, v in picked]).to(dtype)
+    return loss.index_put((index[0], index[1]), values)
+
+
 class LossBindings(RollCommon):
     """`loss` operations: PPO clip and dual clip (actor ``loss_func``), clipped value loss
     (critic ``loss_func``)."""
@@ -66,7 +83,6 @@ class LossBindings(RollCommon):
             raise RuntimeError(
                 f"roll.utils.train_infer_corrections: {self.runtime.corrections_error}"
             )
-        config_module = __import__("roll.configs.base_config", fromlist=["x"])
         return self._config(
             use_pg_clip_range=True,
             pg_clip_low=clip_low,
@@ -75,7 +91,7 @@ class LossBindings(RollCommon):
             dual_clip_loss=clip_c is not None,
             loss_agg_mode="seq-mean-token-sum",
             enable_old_logprobs_recompute=False,
-            train_infer_correction=config_module.TrainInferCorrectionConfig(),
+            train_infer_correction=self.config_module.TrainInferCorrectionConfig(),
             ratio_type="token",
             use_kl_loss=False,
             entropy_loss_coef=0,
@@ -148,25 +164,21 @@ class LossBindings(RollCommon):
         config = self._actor_config(clip_ratio_low, clip_ratio_high, clip_ratio_c)
         logp_grid = layout.tokens_to_roll(log_prob, fill=0.0)
         worker = self._worker(config, _Strategy(), agentic)
-        rows = []
-        loss = torch.zeros(response_mask.shape, dtype=log_prob.dtype, device=log_prob.device)
+        full_config = copy.copy(config)
+        full_config.loss_agg_mode = self.config_defaults.get("loss_agg_mode", "seq-mean-token-mean")
+        full = self._worker(full_config, _Strategy(), agentic)
+        data = self._actor_data(
+            layout, old_log_prob, advantages, response_mask, response_mask, agentic
+        )
+        batch_loss, metrics = full.loss_func(data, logp_grid)
+        picked = []
         for i, t in response_mask.nonzero().tolist():
             one = torch.zeros_like(response_mask)
             one[i, t] = 1
             data = self._actor_data(layout, old_log_prob, advantages, response_mask, one, agentic)
             value, _ = worker.loss_func(data, logp_grid)
-            rows.append(((i, t), value))
-        if rows:
-            index = torch.tensor([p for p, _ in rows], device=log_prob.device).T
-            values = torch.stack([v.reshape(()) for _, v in rows]).to(log_prob.dtype)
-            loss = loss.index_put((index[0], index[1]), values)
-        full_config = copy.copy(config)
-        full_config.loss_agg_mode = "token-mean"
-        full = self._worker(full_config, _Strategy(), agentic)
-        data = self._actor_data(
-            layout, old_log_prob, advantages, response_mask, response_mask, agentic
-        )
-        _, metrics = full.loss_func(data, logp_grid.detach())
+            picked.append(((i, t), value))
+        loss = _per_token(picked, batch_loss, response_mask, log_prob.dtype)
         return loss, {"clipfrac": float(metrics["actor/clipfrac@sum"])}
 
     # ------------------------------------------------------------------ value loss
@@ -209,17 +221,13 @@ class LossBindings(RollCommon):
                 }
             )
 
-        loss = torch.zeros(response_mask.shape, dtype=vpreds.dtype, device=vpreds.device)
+        everyone = list(range(response_mask.shape[0]))
+        batch_loss, metrics = loss_func(data_for(everyone, response_mask), output)
         picked = []
         for i, t in response_mask.nonzero().tolist():
             one = torch.zeros_like(response_mask)
             one[i, t] = 1
             value, _ = loss_func(data_for([i], one), output[[i]])
             picked.append(((i, t), value))
-        if picked:
-            index = torch.tensor([p for p, _ in picked], device=vpreds.device).T
-            stacked = torch.stack([v.reshape(()) for _, v in picked]).to(vpreds.dtype)
-            loss = loss.index_put((index[0], index[1]), stacked)
-        everyone = list(range(response_mask.shape[0]))
-        _, metrics = loss_func(data_for(everyone, response_mask), output.detach())
+        loss = _per_token(picked, batch_loss, response_mask, vpreds.dtype)
         return loss, {"vf_clipfrac": float(metrics["critic/clipfrac"])}

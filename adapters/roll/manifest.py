@@ -20,6 +20,9 @@ PROFILE = Profile(
     dtype="float32",  # compute_advantage and entropy_from_logits compute in float32
     grpo_std_ddof=1,  # reward_norm: torch.std (Bessel-corrected)
     grpo_eps=1e-6,  # reward_norm: (r - mean) / (std + 1e-6)
+    # agentic_reward_norm: a group of one (or of std <= 1e-6) gets 0 (the rlvr pipeline's
+    # reward_norm gives NaN there: a declared break, not a profile choice).
+    grpo_singleton="zero",
     kl_ref_clamp=None,  # compute_approx_kl: no clamp of (ref - logp)
     k3_value_clamp=10.0,  # compute_approx_kl "k3": value clamped to [-10, 10]
     reward_nonaction_tail="last_token",  # expand_to_token_level: last attended token

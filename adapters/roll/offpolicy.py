@@ -40,9 +40,7 @@ class OffpolicyBindings(RollCommon):
         upper_bound: float | None,
         band: tuple[float | None, float | None] | None = None,
     ) -> torch.Tensor:
-        import sys
-
-        config_module = sys.modules["roll.configs.base_config"]
+        config_module = self.config_module
         filters = []
         if band is not None:
             low, high = band

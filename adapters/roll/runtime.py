@@ -158,6 +158,8 @@ class RollRuntime:
     protocol: types.ModuleType | None
     corrections: types.ModuleType | None
     corrections_error: str | None
+    agentic: types.ModuleType | None
+    agentic_error: str | None
     root: Path
     version: str
     commit: str | None
@@ -300,6 +302,11 @@ def load_runtime(framework_path: str | None = None) -> RollRuntime:
         corrections = importlib.import_module("roll.utils.train_infer_corrections")
     except Exception as exc:  # noqa: BLE001 - the off-policy ops are then unavailable
         corrections_error = f"{type(exc).__name__}: {exc}"
+    agentic = agentic_error = None
+    try:
+        agentic = importlib.import_module("roll.pipeline.agentic.utils")
+    except Exception as exc:  # noqa: BLE001 - the agentic-path ops then raise with this reason
+        agentic_error = f"{type(exc).__name__}: {exc}"
     root = Path(functionals.__file__).resolve().parents[2]
     version = _setup_version(root) or _installed_version()
     return RollRuntime(
@@ -310,6 +317,8 @@ def load_runtime(framework_path: str | None = None) -> RollRuntime:
         protocol=protocol,
         corrections=corrections,
         corrections_error=corrections_error,
+        agentic=agentic,
+        agentic_error=agentic_error,
         root=root,
         version=version,
         commit=_git_commit(root),

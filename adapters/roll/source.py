@@ -22,7 +22,7 @@ share of the all-reduce).
 from __future__ import annotations
 
 import ast
-import importlib.util
+import importlib
 import types
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -40,17 +40,17 @@ def _find(body: Sequence[ast.stmt], name: str) -> ast.stmt | None:
     return None
 
 
-def source_function(module: str, qualname: str, namespace: dict[str, Any]) -> Any:
-    """The function ``qualname`` of ROLL's ``module`` compiled from its source file.
+def source_function(root: Path, module: str, qualname: str, namespace: dict[str, Any]) -> Any:
+    """The function ``qualname`` of ROLL's ``module`` compiled from its source file in the
+    checkout ``root``.
 
     ``qualname`` walks classes and enclosing functions: ``ActorWorker.loss_func`` (a method
     comes back as a plain function taking ``self`` first) or ``batch_balance.calculate_workload``
     (a function nested in another; it must not read the enclosing function's locals).
     """
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
-        raise SetupError(f"{module} is not in the ROLL checkout: cannot bind {qualname}")
-    origin = Path(spec.origin)
+    origin = root.joinpath(*module.split(".")).with_suffix(".py")
+    if not origin.is_file():
+        raise SetupError(f"{origin} is not in the ROLL checkout: cannot bind {qualname}")
     tree = ast.parse(origin.read_text(encoding="utf-8"), filename=str(origin))
     body: Sequence[ast.stmt] = tree.body
     node: ast.stmt | None = None
@@ -207,15 +207,29 @@ QUALNAMES: dict[str, str] = {key: f"{m}.{q}" for key, (m, q, _) in _namespaces()
 
 
 class RollSources:
-    """The compiled functions, built on first use (``source_function``)."""
+    """The compiled functions of the checkout ``root``, built on first use."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
         self._cache: dict[str, Any] = {}
+        self._errors: dict[str, str] = {}
+
+    def prepare(self) -> None:
+        """Compile every function now, against the ROLL modules imported from ``root`` (a
+        later import of another checkout must not change what these functions see); one
+        that cannot be compiled raises its reason when used."""
+        for key, (module, qualname, make_globals) in _namespaces().items():
+            try:
+                self._cache[key] = source_function(self.root, module, qualname, make_globals())
+            except Exception as exc:  # noqa: BLE001 - reported by get()
+                self._errors[key] = f"{type(exc).__name__}: {exc}"
 
     def get(self, key: str) -> Any:
         if key not in self._cache:
-            module, qualname, make_globals = _namespaces()[key]
-            self._cache[key] = source_function(module, qualname, make_globals())
+            if key not in self._errors:
+                self.prepare()
+            if key in self._errors:
+                raise RuntimeError(f"cannot compile ROLL's {QUALNAMES[key]}: {self._errors[key]}")
         return self._cache[key]
 
     def counter(self, key: str, collective: SingleProcessCollective) -> Any:
