@@ -43,10 +43,51 @@ def build_parser() -> argparse.ArgumentParser:
         "(nominal: ordinary batches; edge: rare inputs; hardening: every failure)",
     )
     certify.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a baseline file (TOML) of declared breaks applied on top of the adapter's own; "
+        "repeatable",
+    )
+    certify.add_argument(
+        "--write-baseline",
+        default=None,
+        metavar="FILE",
+        help="write every break this run observes (declared or new) to a baseline file",
+    )
+    certify.add_argument(
         "--framework-path",
         default=None,
         metavar="PATH",
         help="source checkout of the framework to import (slime, roll)",
+    )
+
+    audit = sub.add_parser("audit", help="check a batch recorded from a training step")
+    audit.add_argument(
+        "path", help="recorded batch: .safetensors, .npz, torch.save file, memmap folder"
+    )
+    audit.add_argument(
+        "--profile",
+        default="torchref",
+        choices=["torchref", "verl", "slime", "roll"],
+        help="the framework whose legitimate choices apply (torchref: the contract's defaults)",
+    )
+    audit.add_argument("--config", default=None, metavar="FILE", help="JSON/TOML/YAML config")
+    audit.add_argument("--json", dest="json_path", default=None, metavar="PATH")
+    audit.add_argument("--markdown", dest="markdown_path", default=None, metavar="PATH")
+    audit.add_argument(
+        "--max-report",
+        type=int,
+        default=5,
+        metavar="N",
+        help="violating samples listed per clause (default 5)",
+    )
+    audit.add_argument("--fail-on", default="hardening", choices=list(DOMAINS))
+    audit.add_argument(
+        "--allow-unsafe-pickle",
+        action="store_true",
+        help="unpickle a file that needs more than weights_only loading (runs its code)",
     )
 
     clauses = sub.add_parser("clauses", help="list the contract clauses")
@@ -84,6 +125,7 @@ def _check_device(device: str) -> None:
 
 def cmd_certify(args: argparse.Namespace) -> int:
     from rlconform.adapters.registry import load_target
+    from rlconform.conformance import baseline
     from rlconform.conformance.registry import select
     from rlconform.conformance.report import json_report, junit, markdown
     from rlconform.conformance.report.console import ConsoleReporter
@@ -91,7 +133,10 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
     run_profile = get_run_profile(args.profile)
     _check_device(args.device)
+    extra = [baseline.load(path) for path in args.baseline]
     target = load_target(args.target, device=args.device, framework_path=args.framework_path)
+    for entries in extra:
+        target.deviations = baseline.merged(target.deviations, entries)
     clauses = select(args.only)
     if not clauses:
         raise SetupError(f"--only {args.only!r} matches no clause (see 'rlconform clauses')")
@@ -107,7 +152,11 @@ def cmd_certify(args: argparse.Namespace) -> int:
         on_result=reporter.on_result,
     )
     report.fail_on = args.fail_on
+    if args.baseline:
+        report.target["baselines"] = ", ".join(args.baseline)
     reporter.final(report)
+    if args.write_baseline:
+        return _write_baseline(args, target, clauses, run_profile, report)
     if args.json_path:
         json_report.write(report, args.json_path)
     if args.junit_path:
@@ -115,6 +164,44 @@ def cmd_certify(args: argparse.Namespace) -> int:
     if args.markdown_path:
         markdown.write(report, args.markdown_path)
     return report.exit_code
+
+
+def _write_baseline(args, target, clauses, run_profile, report) -> int:
+    """Write every observed break, then the reports of the run the new baseline gives."""
+    from pathlib import Path
+
+    from rlconform.conformance import baseline
+    from rlconform.conformance.report import json_report, junit, markdown
+    from rlconform.conformance.runner import discover_breaks
+
+    rows, ungraded = [], []
+    by_id = {c.id: c for c in clauses}
+    for result in report.clauses:
+        if result.status in ("pass", "skip"):
+            continue
+        if result.status in ("fail", "error") and not result.graded and not result.deviations:
+            ungraded.append(result.id)
+            continue
+        rows += discover_breaks(
+            by_id[result.id], target, run_profile, device=args.device, seed=args.seed
+        )
+    Path(args.write_baseline).write_text(baseline.render(report.target, rows), encoding="utf-8")
+    print(f"wrote {len(rows)} baseline entries to {args.write_baseline}")
+    for clause_id in ungraded:
+        print(f"not written (no case to scope it by): {clause_id}", file=sys.stderr)
+    if args.json_path:
+        json_report.write(report, args.json_path)
+    if args.junit_path:
+        junit.write(report, args.junit_path)
+    if args.markdown_path:
+        markdown.write(report, args.markdown_path)
+    return 1 if ungraded else 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from rlconform.audit.cli import run
+
+    return run(args)
 
 
 def cmd_clauses(args: argparse.Namespace) -> int:
@@ -163,6 +250,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "certify": cmd_certify,
+    "audit": cmd_audit,
     "clauses": cmd_clauses,
     "fixtures": cmd_fixtures,
     "docs": cmd_docs,

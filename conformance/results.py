@@ -35,6 +35,7 @@ class DeviationResult:
     features: list[str] = dataclasses.field(default_factory=list)
     observed_message: str = ""
     case: Any = None
+    observed_checks: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def summary(self) -> str:
@@ -97,6 +98,15 @@ class ClauseResult:
         return domain_rank(self.severity) <= domain_rank(fail_on)
 
 
+def cause_features(result: ClauseResult) -> tuple[str, ...]:
+    """The features of a result's minimal case in the domain of its severity."""
+    from rlconform.conformance.features import FEATURES
+
+    if result.severity is None:
+        return tuple(sorted(result.features))
+    return tuple(sorted(f for f in result.features if FEATURES[f].domain == result.severity))
+
+
 @dataclasses.dataclass
 class RunReport:
     target: dict[str, Any]
@@ -120,12 +130,14 @@ class RunReport:
         return counts
 
     def root_causes(self) -> list[tuple[tuple[str, ...], str | None, list[ClauseResult]]]:
-        """Broken clauses grouped by the feature set of their minimal case:
-        ``(features, severity, clauses)``, most serious first."""
+        """Broken clauses grouped by the cause of their severity: the features of their
+        minimal case that belong to its severity's domain (a hardening case's NaN padding,
+        not the mask holes it also has). ``(features, severity, clauses)``, most serious
+        first."""
         groups: dict[tuple[str, ...], list[ClauseResult]] = {}
         for result in self.clauses:
             if result.status in BROKEN and result.graded:
-                groups.setdefault(tuple(sorted(result.features)), []).append(result)
+                groups.setdefault(cause_features(result), []).append(result)
         rows = []
         for key, members in groups.items():
             ranks = [domain_rank(r.severity) for r in members if r.severity]

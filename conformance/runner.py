@@ -157,6 +157,7 @@ class _Exploration(Observer):
         self.options = options
         self.observed: dict[int, _Observation] = {}
         self.counts: dict[int, int] = {}
+        self.observed_checks: dict[int, set[str]] = {}
         self.skipped: dict[str, set[str]] = {}
         self.seen: set[str] = set()
         self.ctx = CheckContext(
@@ -177,6 +178,7 @@ class _Exploration(Observer):
 
     def _record(self, index: int, failure: Any, case_features: frozenset[str]) -> None:
         self.counts[index] = self.counts.get(index, 0) + 1
+        self.observed_checks.setdefault(index, set()).add(failure.check or "unnamed")
         rank = feats.domain_rank(feats.domain_of_features(case_features))
         known = self.observed.get(index)
         if known is None or (rank, len(case_features)) < (known.rank, len(known.features)):
@@ -491,6 +493,7 @@ def _deviation_result(index: int, entry: Deviation, exploration: _Exploration) -
         features=sorted(observation.features) if observation else [],
         observed_message=observation.message.splitlines()[0] if observation else "",
         case=observation.case if observation else None,
+        observed_checks=sorted(exploration.observed_checks.get(index, ())),
     )
 
 
@@ -506,6 +509,53 @@ def _skipped_note(exploration: _Exploration) -> str:
         f"{len(keys)} {reason}" for reason, keys in sorted(exploration.skipped.items())
     )
     return f" | {count} of {len(exploration.seen)} cases skipped ({reasons})"
+
+
+MAX_BREAKS_PER_CLAUSE = 8
+
+
+def discover_breaks(
+    clause: Clause,
+    target: Target,
+    run_profile: RunProfile,
+    *,
+    device: str = "cpu",
+    seed: int | None = None,
+) -> list[dict[str, Any]]:
+    """Every break of one clause, as baseline rows: the declared entries that are observed,
+    then each new failure in turn (declared provisionally, scoped by its check and the
+    features of its severity, and the clause run again), until the clause runs clean."""
+    from rlconform.conformance.results import cause_features
+
+    declared = declared_entries(target, clause.id)
+    entries, rows = list(declared), []
+    saved = target.deviations
+    try:
+        for _ in range(MAX_BREAKS_PER_CLAUSE):
+            target.deviations = {**saved, clause.id: list(entries)}
+            result = run_clause(clause, target, run_profile, device=device, seed=seed)
+            if result.status not in ("fail", "error") or not result.graded or not result.check:
+                break
+            observed = result.message.split(": ", 1)[-1].splitlines()[0]
+            entry = Deviation(observed, (result.check,), cause_features(result))
+            if entry in entries:
+                break
+            entries.append(entry)
+    finally:
+        target.deviations = saved
+    for d in result.deviations:
+        if d.observed:
+            rows.append(
+                {
+                    "clause": clause.id,
+                    "checks": d.checks or d.observed_checks,
+                    "features": d.declared_features,
+                    "rationale": d.rationale,
+                    "severity": d.severity,
+                    "observed": d.observed_message,
+                }
+            )
+    return rows
 
 
 def certify(

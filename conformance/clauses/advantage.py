@@ -1050,10 +1050,10 @@ def _check_estimator(spec: Estimator, ctx: Any, case: dict[str, Any]) -> None:
 # shape: (advantages, returns), both (B, T); advantages / returns: the oracle's values on
 # action tokens; raises: the contract (or the profile) requires an error for this input.
 ESTIMATOR_CHECKS = ("shape", "advantages", "returns", "raises")
-# The §0a features an estimator's cases can have. Reward padding is 0 by protocol.
-ESTIMATOR_FEATURES = (
+# The §0a features an estimator's cases can have. Reward padding is 0 by protocol, so an
+# estimator that reads rewards only (the outcome estimators) meets no padding garbage.
+OUTCOME_FEATURES = (
     "mask_holes",
-    "padding_finite",
     "unequal_groups",
     "extra_padding",
     "empty_response",
@@ -1063,10 +1063,9 @@ ESTIMATOR_FEATURES = (
     "hole_reward",
     "empty_batch",
     "no_samples",
-    "padding_nonfinite",
-    "overflow",
-    "zero_width",
 )
+# Estimators that also read values or log-probs, padded with the case's garbage.
+ESTIMATOR_FEATURES = (*OUTCOME_FEATURES, "padding_finite", "padding_nonfinite", "overflow")
 
 
 def _register(
@@ -1076,7 +1075,7 @@ def _register(
     statement: str,
     strategy: Any,
     examples: Sequence[dict[str, Any]],
-    meets: tuple[str, ...] = ESTIMATOR_FEATURES,
+    meets: tuple[str, ...] = OUTCOME_FEATURES,
 ) -> None:
     spec = ESTIMATORS[clause_id]
 
@@ -1183,6 +1182,7 @@ _PASSK_EXAMPLES = (
     _case([_s("s0", "g0", [1, 1], [0.0, 1.00001]), _s("s1", "g0", [], [])], pad_value=_INF, norm_by_std=False),
     # A group of one: pass@k is undefined, the operation must raise.
     _case([_s("s0", "g0", [1], [1.0]), _s("s1", "g0", [1], [0.0]), _s("s2", "g1", [1], [1.0])], norm_by_std=True),
+    _case([], norm_by_std=True),
 )
 
 _OTB_EXAMPLES = (
@@ -1198,6 +1198,7 @@ _OTB_EXAMPLES = (
     _case([_s("s0", "g0", [1, 1], [0.0, 0.5], old_logprobs=[-0.7, -0.7], sum_pi_squared=[0.3, 0.3], is_weights=[1.0, 1.0]),
            _s("s1", "g0", [], [], old_logprobs=[], sum_pi_squared=[], is_weights=[])],
           pad_value=_INF, extra_pad=2, is_weights=False),
+    _case([], is_weights=False),
 )
 
 _GDPO_EXAMPLES = (
@@ -1207,6 +1208,7 @@ _GDPO_EXAMPLES = (
            _s("s3", "g0", [], [], components=[0.0, 1.0])],
           pad_value=_NAN, extra_pad=1, norm_by_std=True, weights=[1.0, 0.5]),
     _case([_s("s0", "g0", [0, 1], [0.0, 0.0], components=[1.0])], pad_value=_INF, norm_by_std=False, weights=[2.0]),
+    _case([], norm_by_std=True, weights=[1.0]),
 )
 # fmt: on
 
@@ -1328,6 +1330,7 @@ _register(
     A = G - B on action tokens.""",
     strategy=advantage_case(fields=("logprobs",), params=("is_weights",)),
     examples=_OTB_EXAMPLES,
+    meets=ESTIMATOR_FEATURES,
 )
 
 _register(
@@ -1567,7 +1570,9 @@ def _invariants_one(spec: Estimator, ctx: Any, case: dict[str, Any]) -> None:
         "shape",
         *(_invariant_check(spec, inv) for spec in ESTIMATORS.values() for inv in _INVARIANTS),
     ),
-    meets=(*ESTIMATOR_FEATURES, "truncated_sample"),
+    meets=tuple(
+        f for f in (*ESTIMATOR_FEATURES, "truncated_sample") if f not in ("singleton_group", "no_samples")
+    ),
 )
 def check_invariants(ctx: Any, case: dict[str, Any]) -> None:
     failures: list[ClauseMismatch] = []

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from rlconform.adapters.base import Inexpressible, Unsupported
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.compare import assert_rows_close, assert_scalar_close
 from rlconform.conformance.context import CheckContext
@@ -686,6 +687,9 @@ def _check_on_gloo(ctx: CheckContext, case: dict[str, Any]) -> None:
 
 
 def _raise_remote(rank: int, problem: dict[str, Any]) -> None:
+    if problem["kind"] == "skip":
+        kind = Inexpressible if problem["inexpressible"] else Unsupported
+        raise TargetError(problem["op"], kind(problem["message"]))
     if problem["kind"] == "mismatch":
         raise ClauseMismatch(
             problem["message"] + f" (on gloo rank {rank})",
@@ -741,6 +745,15 @@ def _gloo_rank(rank: int, world_size: int, payload: dict[str, Any]) -> dict[str,
 
 
 def _problem(failure: ClauseMismatch | TargetError) -> dict[str, Any]:
+    if isinstance(failure, TargetError) and isinstance(
+        failure.original, (Inexpressible, Unsupported)
+    ):
+        return {
+            "kind": "skip",
+            "op": failure.op,
+            "message": str(failure.original),
+            "inexpressible": isinstance(failure.original, Inexpressible),
+        }
     if isinstance(failure, ClauseMismatch):
         return {
             "kind": "mismatch",

@@ -69,9 +69,10 @@ def _root_causes(report: RunReport) -> list[str]:
         "",
         "## Root causes",
         "",
-        "Broken clauses grouped by the features of their minimal failing case (CONTRACT §0a).",
+        "Broken clauses grouped by what makes their minimal failing case as severe as it is:",
+        "its features (CONTRACT §0a) in the domain of its severity.",
         "",
-        "| features of the minimal case | severity | clauses |",
+        "| cause (features) | severity | clauses |",
         "|---|---|---|",
     ]
     for key, severity, members in rows:

@@ -130,7 +130,7 @@ def _last_column_always(self, scores, response_mask, loss_mask):
     return out
 
 
-def test_scoped_deviation_observed_inside_its_scope(torchref):
+def test_legacy_scope_names_are_translated_to_feature_ids(torchref):
     from rlconform.adapters.base import Deviation
 
     variant = with_overrides(torchref, place_reward_last=_last_column_for_empty)
@@ -139,45 +139,22 @@ def test_scoped_deviation_observed_inside_its_scope(torchref):
     }
     result = run_clause(get("reward.place_last"), variant, FAST)
     assert result.status == "deviation", result.message
-    assert "[scope: empty_response]" in result.message
+    assert "features: empty_response" in result.message
+    assert Deviation("x", scope=("padding_garbage",)).features == (
+        "padding_finite",
+        "padding_nonfinite",
+        "overflow",
+        "padding_rewards",
+    )
 
 
-def test_scoped_deviation_does_not_hide_a_break_outside_its_scope(torchref):
+def test_a_feature_scoped_deviation_does_not_hide_a_break_outside_it(torchref):
     from rlconform.adapters.base import Deviation
 
     variant = with_overrides(torchref, place_reward_last=_last_column_always)
     variant.deviations = {
-        "reward.place_last": Deviation("L=0 goes to column -1", scope=("empty_response",))
+        "reward.place_last": Deviation("L=0 goes to column -1", features=("empty_response",))
     }
     result = run_clause(get("reward.place_last"), variant, FAST)
     assert result.status == "fail"
-    assert result.message.startswith("outside the declared deviation scope (empty_response)")
     assert all(len(s["mask"]) > 0 for s in result.counterexample["case"]["samples"])
-
-
-def test_unknown_scope_is_an_error(torchref):
-    from rlconform.adapters.base import Deviation
-
-    variant = with_overrides(torchref, place_reward_last=_last_column_always)
-    variant.deviations = {"reward.place_last": Deviation("x", scope=("no_such_scope",))}
-    result = run_clause(get("reward.place_last"), variant, FAST)
-    assert result.status == "error"
-    assert "unknown deviation scope" in result.message
-
-
-def test_scope_predicates():
-    from rlconform.conformance.scopes import (
-        empty_batch,
-        empty_response,
-        mask_holes,
-        padding_garbage,
-    )
-
-    case = {"samples": [{"mask": [1, 0, 1]}, {"mask": []}], "pad_value": float("nan")}
-    assert padding_garbage(case) and empty_response(case) and mask_holes(case)
-    assert not empty_batch(case)
-    clean = {"samples": [{"mask": [1, 1]}], "pad_value": 0.0}
-    assert not (
-        padding_garbage(clean) or empty_response(clean) or mask_holes(clean) or empty_batch(clean)
-    )
-    assert empty_batch({"samples": [], "pad_value": 0.0})

@@ -33,23 +33,47 @@ def test_uniform_dividing_by_width_is_caught(torchref):
     assert_caught(broken, "reward.place_uniform")
 
 
-def discounted_from_padded_width(self, scores, response_mask, gamma):
-    """Counts the discount exponent from the padded last column, T - 1 - t, not L_i - 1 - t."""
+def uniform_over_response_length(self, scores, response_mask, loss_mask):
+    """r / L_i on action tokens (the pre-correction contract): with mask holes the row sums
+    to r n_i / L_i, not r."""
+    share = scores.unsqueeze(-1) / response_mask.sum(-1, keepdim=True).clamp(min=1)
+    return torch.where((loss_mask * response_mask).bool(), share, 0.0)
+
+
+def test_uniform_over_the_response_length_is_caught(torchref):
+    broken = with_overrides(torchref, place_reward_uniform=uniform_over_response_length)
+    result = assert_caught(broken, "reward.place_uniform")
+    assert "mask_holes" in result.features
+
+
+def discounted_from_padded_width(self, scores, response_mask, loss_mask, gamma):
+    """Counts the discount exponent from the padded last column, T - 1 - t, not from the
+    sample's last action token."""
     width = response_mask.shape[-1]
     steps = torch.arange(width - 1, -1, -1, device=scores.device).to(scores.dtype)
-    weights = torch.where(
-        response_mask.bool(), torch.tensor(gamma, dtype=scores.dtype) ** steps, 0.0
-    )
+    actions = (loss_mask * response_mask).bool()
+    weights = torch.where(actions, torch.tensor(gamma, dtype=scores.dtype) ** steps, 0.0)
     total = weights.sum(-1, keepdim=True)
     return scores.unsqueeze(-1) * weights / torch.where(total > 0, total, 1.0)
 
 
-def discounted_without_normalizer(self, scores, response_mask, gamma):
-    """r * g^(L_i-1-t) with no division by the weight sum: rows no longer sum to r."""
-    lengths = response_mask.sum(-1, keepdim=True)
-    steps = (lengths - 1 - torch.arange(response_mask.shape[-1])).clamp(min=0).to(scores.dtype)
-    placed = scores.unsqueeze(-1) * torch.tensor(gamma, dtype=scores.dtype) ** steps
-    return torch.where(response_mask.bool(), placed, 0.0)
+def discounted_without_normalizer(self, scores, response_mask, loss_mask, gamma):
+    """r * g^(n_i-1-k) with no division by the weight sum: rows no longer sum to r."""
+    actions = (loss_mask * response_mask).bool()
+    later = actions.sum(-1, keepdim=True) - torch.cumsum(actions.long(), dim=-1)
+    placed = scores.unsqueeze(-1) * torch.tensor(gamma, dtype=scores.dtype) ** later
+    return torch.where(actions, placed, 0.0)
+
+
+def discounted_over_response_tokens(self, scores, response_mask, loss_mask, gamma):
+    """Spreads over every response token (holes included), the pre-correction contract."""
+    return self.place_reward_discounted(scores, response_mask, response_mask, gamma)
+
+
+def test_discount_over_response_tokens_is_caught(torchref):
+    broken = with_overrides(torchref, place_reward_discounted=discounted_over_response_tokens)
+    result = assert_caught(broken, "reward.place_discounted")
+    assert "mask_holes" in result.features
 
 
 def test_discount_from_padded_width_is_caught(torchref):
@@ -127,20 +151,20 @@ def test_statistics_over_dropped_samples_is_caught(torchref):
     assert_caught(broken, "reward.normalize_batch")
 
 
-def td_bootstrapping_terminated(self, scores, values, response_mask, truncated, gamma):
+def td_bootstrapping_terminated(self, scores, bootstrap_value, truncated, gamma):
     """Bootstraps every sample, terminated ones included."""
-    return self.td_targets(scores, values, response_mask, torch.ones_like(truncated), gamma)
+    return self.td_targets(scores, bootstrap_value, torch.ones_like(truncated), gamma)
 
 
-def td_from_next_row_first_value(self, scores, values, response_mask, truncated, gamma):
-    """Bootstraps from the next trajectory's first value (flattened-episode off-by-one)."""
-    next_first = torch.roll(values[:, 0], shifts=-1)
-    return torch.where(truncated.bool(), scores + gamma * next_first, scores)
+def td_from_next_row(self, scores, bootstrap_value, truncated, gamma):
+    """Bootstraps from the next trajectory's value (flattened-episode off-by-one)."""
+    next_value = torch.roll(bootstrap_value, shifts=-1)
+    return torch.where(truncated.bool(), scores + gamma * next_value, scores)
 
 
-def td_from_padded_last_column(self, scores, values, response_mask, truncated, gamma):
-    """Bootstraps from values[:, -1], which is padding whenever L_i < T."""
-    return torch.where(truncated.bool(), scores + gamma * values[:, -1], scores)
+def td_multiplying_by_the_flag(self, scores, bootstrap_value, truncated, gamma):
+    """r + gamma * V_boot * truncated: a terminated sample's NaN V_boot leaks (NaN * 0)."""
+    return scores + gamma * bootstrap_value * truncated.to(scores.dtype)
 
 
 def test_td_bootstrapping_terminated_is_caught(torchref):
@@ -150,10 +174,11 @@ def test_td_bootstrapping_terminated_is_caught(torchref):
 
 
 def test_td_from_next_row_is_caught(torchref):
-    broken = with_overrides(torchref, td_targets=td_from_next_row_first_value)
+    broken = with_overrides(torchref, td_targets=td_from_next_row)
     assert_caught(broken, "reward.td_target")
 
 
-def test_td_from_padded_last_column_is_caught(torchref):
-    broken = with_overrides(torchref, td_targets=td_from_padded_last_column)
-    assert_caught(broken, "reward.td_target")
+def test_td_multiplying_by_the_flag_is_a_hardening_break(torchref):
+    broken = with_overrides(torchref, td_targets=td_multiplying_by_the_flag)
+    result = assert_caught(broken, "reward.td_target")
+    assert result.severity == "hardening"

@@ -1,0 +1,139 @@
+"""Baseline files: declared breaks as data, --write-baseline and --baseline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlconform.adapters.base import Deviation, SetupError
+from rlconform.conformance import baseline
+from rlconform.conformance.cli import main
+
+EDGE = "tests.engine.targets:edge_reward_target"
+
+_VALID = """
+format = 1
+target = "x"
+version = "1"
+
+[[deviation]]
+clause = "reward.place_last"
+checks = ["padding_zero"]
+features = ["empty_response"]
+rationale = "L_i = 0 writes the score at column -1"
+"""
+
+
+def _write(tmp_path, text, name="b.toml"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_valid_file_loads_into_entries(tmp_path):
+    entries = baseline.load(_write(tmp_path, _VALID))
+    assert entries == {
+        "reward.place_last": [
+            Deviation(
+                "L_i = 0 writes the score at column -1", ("padding_zero",), ("empty_response",)
+            )
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ('clause = "reward.place_last"', 'clause = "reward.nope"'),
+            "unknown clause id 'reward.nope'",
+        ),
+        (('checks = ["padding_zero"]', 'checks = ["nope"]'), "unknown check(s) ['nope']"),
+        (('checks = ["padding_zero"]', "checks = []"), "never covers a whole clause"),
+        (
+            ('features = ["empty_response"]', 'features = ["nope"]'),
+            "unknown feature id(s) ['nope']",
+        ),
+        (('rationale = "L_i = 0 writes the score at column -1"', 'rationale = ""'), "rationale"),
+        (("format = 1", "format = 2"), "format 2"),
+        (('target = "x"', 'target = "x"\nsurprise = 1'), "unknown key(s) ['surprise']"),
+        (('checks = ["padding_zero"]', 'checks = "padding_zero"'), "must be a list of strings"),
+        (("[[deviation]]", "[[deviation]"), "not valid TOML"),
+    ],
+)
+def test_invalid_files_are_one_line_setup_errors(tmp_path, edit, message):
+    path = _write(tmp_path, _VALID.replace(*edit))
+    with pytest.raises(SetupError) as raised:
+        baseline.load(path)
+    text = str(raised.value)
+    assert message in text and "\n" not in text
+    assert str(path) in text
+
+
+def test_cli_exits_2_on_a_bad_or_missing_baseline(tmp_path, capsys):
+    assert (
+        main(
+            [
+                "certify",
+                "torchref",
+                "--only",
+                "reward.place_last",
+                "--baseline",
+                str(tmp_path / "none.toml"),
+            ]
+        )
+        == 2
+    )
+    bad = _write(tmp_path, _VALID.replace('checks = ["padding_zero"]', 'checks = ["nope"]'))
+    assert main(["certify", "torchref", "--only", "reward.place_last", "--baseline", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert all(line.startswith("rlconform: error: baseline ") for line in err)
+
+
+def test_merged_keeps_the_shipped_entries_and_adds_the_file_once():
+    shipped = {"adv.gae": Deviation("a", ("advantages",)), "kl.in_reward": "whole clause"}
+    extra = {"adv.gae": [Deviation("b", ("returns",)), Deviation("a", ("advantages",))]}
+    out = baseline.merged(shipped, extra)
+    assert out["adv.gae"] == [Deviation("a", ("advantages",)), Deviation("b", ("returns",))]
+    assert out["kl.in_reward"] == [Deviation("whole clause")]
+
+
+def test_write_then_apply_a_baseline(tmp_path):
+    written = tmp_path / "fork.toml"
+    assert main(["certify", EDGE, "--only", "reward.*", "--write-baseline", str(written)]) == 0
+    entries = baseline.load(written)
+    (entry,) = entries["reward.place_last"]
+    assert entry.checks == ("padding_zero",) and entry.features == ("empty_response",)
+    assert main(["certify", EDGE, "--only", "reward.*"]) == 1
+    assert main(["certify", EDGE, "--only", "reward.*", "--baseline", str(written)]) == 0
+
+
+def test_a_stale_baseline_entry_is_reported_by_name(tmp_path):
+    path = _write(tmp_path, _VALID)
+    out = tmp_path / "r.json"
+    argv = ["certify", "torchref", "--only", "reward.place_last", "--baseline", str(path)]
+    assert main([*argv, "--json", str(out)]) == 1
+    (entry,) = json.loads(out.read_text())["clauses"]
+    assert entry["status"] == "fail" and "stale deviation" in entry["message"]
+    assert (
+        "[padding_zero on empty_response] L_i = 0 writes the score at column -1" in entry["message"]
+    )
+
+
+def test_render_round_trips_through_load(tmp_path):
+    rows = [
+        {
+            "clause": "adv.gae",
+            "checks": ["advantages", "returns"],
+            "features": ["padding_nonfinite"],
+            "rationale": 'quotes " and \\ backslashes survive',
+            "severity": "hardening",
+            "observed": "line one",
+        }
+    ]
+    path = _write(tmp_path, baseline.render({"name": "t", "version": "1"}, rows))
+    (entry,) = baseline.load(path)["adv.gae"]
+    assert entry == Deviation(
+        'quotes " and \\ backslashes survive', ("advantages", "returns"), ("padding_nonfinite",)
+    )

@@ -1,0 +1,1 @@
+"""Stand-in for OpenRLHF (rlconform tests): module paths and signatures only."""

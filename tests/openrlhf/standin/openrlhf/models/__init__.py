@@ -1,0 +1,3 @@
+from .loss import PolicyLoss, ValueLoss, aggregate_loss
+
+__all__ = ["PolicyLoss", "ValueLoss", "aggregate_loss"]
