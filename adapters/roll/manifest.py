@@ -2,7 +2,9 @@
 
 The breaks observed on a ROLL release live in a baseline file per release
 (``baselines/roll-<commit>.toml``, format ``conformance/baseline.py``), every entry scoped by
-check and CONTRACT §0a feature; ``DEVIATIONS`` is that file, loaded.
+check and CONTRACT §0a feature; ``shipped_deviations`` loads the one of the supported release
+into ``RollTarget.deviations``. Each entry is reproduced by hand on a minimal case in
+``tests/roll/test_real.py`` (or, for the NaN-at-padding family, by its observed message).
 """
 
 from __future__ import annotations
