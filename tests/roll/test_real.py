@@ -337,3 +337,94 @@ def test_finding_masks_multiply_so_nan_at_padding_leaks(roll):
     assert torch.isnan(roll.F.agg_loss(values, mask, "seq-mean-token-mean"))
     kl = roll.F.compute_approx_kl(values, torch.zeros(1, 2), mask, "kl")
     assert torch.isnan(kl[0, 1])
+
+
+def test_finding_agentic_reinforce_discounts_per_turn(roll):
+    """compute_agentic_reinforce_return (adv_estimator "agentic_reinforce", the estimator of
+    rlconform.adapters.roll:load_agentic_reinforce): every token of a contiguous mask-1
+    segment gets the return of the segment's last token, discounted once per segment, and
+    only that last token's reward is read. One turn [0, 1], gamma 0.99: ROLL [1, 1], the
+    contract's per-token return [0.99, 1]."""
+    agentic = roll.runtime.agentic
+    rewards = torch.tensor([[0.0, 1.0]])
+    _, returns = agentic.compute_agentic_reinforce_return(
+        rewards, gamma=0.99, lambd=1.0, mask=torch.tensor([[1, 1]])
+    )
+    assert returns.tolist() == [[1.0, 1.0]]
+    _, contract = oracle_adv.reinforce_pp([[0.0, 1.0]], [[1, 1]], gamma=0.99)
+    assert contract[0] == pytest.approx([0.99, 1.0])
+
+
+def test_finding_score_on_a_trailing_observation_is_lost(roll):
+    """expand_to_token_level puts the (normalised) score on the last attended token; when the
+    response ends in a tool observation (mask 0) agentic_compute_advantage multiplies it
+    away: every advantage of the sample is 0."""
+    masks = _sequence_masks([2], {(0, 1)}, 2)
+    data = _proto(roll, response_level_rewards=torch.tensor([1.0]), **masks)
+    token_rewards = roll.F.expand_to_token_level(data)
+    assert token_rewards.tolist() == [[0.0, 1.0]]  # on the observation token
+    data = _proto(roll, token_level_rewards=token_rewards, **masks)
+    data = roll.runtime.agentic.agentic_compute_advantage(
+        data, gamma=1.0, lambd=1.0, adv_estimator="grpo", whiten_advantages=False
+    )
+    assert data.batch["advantages"].tolist() == [[0.0, 0.0]]
+
+
+def test_finding_one_action_token_skips_whitening(roll):
+    """compute_advantage disables whitening for <= 1 valid token and keeps the raw return;
+    whitening one value gives 0 under the contract."""
+    masks = _sequence_masks([1], set(), 1)
+    data = _proto(roll, token_level_rewards=_grid([[1.0]], 1), **masks)
+    data = roll.F.compute_advantage(
+        data,
+        gamma=1.0,
+        lambd=1.0,
+        adv_estimator="reinforce",
+        whiten_advantages=True,
+        response_mask=masks["response_mask"][:, 1:].float(),
+    )
+    assert data.batch["advantages"].tolist() == [[1.0]]
+    assert oracle_adv.reinforce_pp([[1.0]], [[1]], gamma=1.0)[0] == [[0.0]]
+
+
+def test_finding_reward_normalisation_counts_dropped_samples(roll):
+    """reward_postprocess (batch mean/std) sees every sample of the domain batch, those
+    get_sample_level_mask dropped included: a dropped reward 10 moves the kept ones."""
+    config = roll._config(
+        adv_estimator="reinforce",
+        norm_mean_type="batch",
+        norm_std_type="batch",
+        reward_clip=None,
+    )
+    kept = torch.tensor([1.0, 3.0, 2.0, 4.0])
+    data = _proto(roll, response_level_rewards=torch.cat([kept, torch.tensor([10.0])]))
+    data, _ = roll.F.reward_postprocess(data, config, {})
+    alone = (kept - kept.mean()) / (kept.std() + 1e-6)
+    assert not torch.allclose(data.batch["response_level_rewards"][:4], alone, atol=1e-3)
+
+
+def test_finding_kl_metric_of_no_samples_is_nan(roll):
+    """compute_token_reward: critic/kl = torch.mean over zero per-sample means is NaN."""
+    config = roll._config(kl_penalty="kl", add_token_level_kl=True, reward_clip=None)
+    empty = torch.zeros(0, 2)
+    data = _proto(
+        roll,
+        response_level_rewards=torch.zeros(0),
+        old_log_probs=empty,
+        ref_log_probs=empty.clone(),
+        **{k: v[:0] for k, v in _sequence_masks([1], set(), 2).items()},
+    )
+    controller = roll.kl_controller_module.FixedKLController(kl_coef=0.1)
+    _, metrics = roll.F.compute_token_reward(data, config, controller)
+    assert math.isnan(metrics["critic/kl"])
+
+
+def test_finding_actor_loss_of_zero_rows_raises(roll):
+    """ActorWorker.loss_func: torch.max(ratio * response_mask) of an empty batch raises."""
+    config = roll._actor_config(0.2, 0.2, None)
+    worker = roll._worker(config, _Strategy(), agentic=False)
+    mask = torch.zeros(0, 2, dtype=torch.long)
+    layout = roll._layout(mask)
+    data = roll._actor_data(layout, torch.zeros(0, 2), torch.zeros(0, 2), mask, mask, False)
+    with pytest.raises(RuntimeError, match="numel"):
+        worker.loss_func(data, torch.zeros(0, layout.width - 1))
