@@ -1,7 +1,7 @@
 """The implementation protocol: targets, profiles and deviation manifests.
 
-A *target* is any object whose methods are named after contract operations (see
-``OPERATIONS``) and work in the canonical padded layout: responses right-padded, prompts
+A *target* is any object whose methods are named after contract operations (the clause
+modules document each operation's signature) and work in the canonical padded layout: responses right-padded, prompts
 left-padded, batches as ``TensorDict`` or keyword tensors. A target that lacks an
 operation gets ``skip`` ("not implemented by target") on every clause that needs it.
 """
@@ -11,6 +11,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+# The policy-loss modes of the ``policy_loss_reduced`` operation (a loss reduced to its
+# scalar the way the trainer reduces it): the per-token operation of each, and whether it
+# takes ``clip_ratio_c``.
+POLICY_LOSS_OPS: dict[str, tuple[str, bool]] = {
+    "ppo_clip": ("ppo_clip_loss", False),
+    "dual_clip": ("ppo_clip_loss", True),
+    "gspo": ("gspo_loss", False),
+    "gmpo": ("gmpo_loss", False),
+    "cispo": ("cispo_loss", False),
+    "dppo_tv": ("dppo_tv_loss", True),
+}
 
 
 class SetupError(Exception):

@@ -208,7 +208,14 @@ def cmd_clauses(args: argparse.Namespace) -> int:
     from rlconform.conformance.registry import load_all
 
     rows = [
-        {"id": c.id, "area": c.area, "title": c.title, "statement": c.statement}
+        {
+            "id": c.id,
+            "area": c.area,
+            "title": c.title,
+            "statement": c.statement,
+            "checks": list(c.all_checks),
+            "features": list(c.meets),
+        }
         for c in load_all().values()
     ]
     if args.json:

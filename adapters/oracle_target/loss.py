@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from rlconform.adapters.base import POLICY_LOSS_OPS
 from rlconform.adapters.oracle_target._convert import binary_rows, pad_like
 from rlconform.conformance.harness import to_float_list
 from rlconform.oracle import loss as oracle_loss
@@ -75,6 +76,36 @@ class LossOps:
         loss = _OracleGradient.apply(vjp, pad_like([r[0] for r in results], log_prob), log_prob)
         clipfrac = oracle_loss.clip_fraction([r[1] for r in results], masks)
         return loss, {"clipfrac": _scalar(clipfrac, log_prob)}
+
+    def policy_loss_reduced(
+        self,
+        mode: str,
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        clip_ratio_low: float,
+        clip_ratio_high: float,
+        clip_ratio_c: float | None = None,
+        global_batch_info: dict[str, Any],
+    ) -> torch.Tensor:
+        """The policy loss ``mode`` of one micro-batch reduced to its scalar as a trainer
+        does: the per-token loss through ``agg_loss`` in the profile's ``loss_agg_mode``
+        (default token-mean) with the mini-batch's global denominators."""
+        op, takes_c = POLICY_LOSS_OPS[mode]
+        extra = {"clip_ratio_c": clip_ratio_c} if takes_c and clip_ratio_c is not None else {}
+        loss, _ = getattr(self, op)(
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            clip_ratio_low=clip_ratio_low,
+            clip_ratio_high=clip_ratio_high,
+            **extra,
+        )
+        agg_mode = self.profile.get("loss_agg_mode", "token-mean")
+        return self.agg_loss(loss, response_mask, agg_mode, **global_batch_info)
 
     def ppo_clip_loss(
         self,

@@ -55,6 +55,7 @@ def _discounts(t: int, following: torch.Tensor, factor: float, at_holes: bool) -
     steps = torch.where(following >= 0, following - t, torch.ones_like(following))
     return torch.tensor(factor, dtype=torch.float64, device=following.device) ** steps
 
+
 def _group_ids(index: Any, device: torch.device) -> tuple[torch.Tensor, int]:
     """Dense group ids 0..G-1 in order of first appearance of each label."""
     labels = index.tolist() if hasattr(index, "tolist") else list(index)

@@ -9,7 +9,11 @@ gradient; the returned loss is 0 there.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from rlconform.adapters.base import POLICY_LOSS_OPS
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -35,6 +39,36 @@ def _ppo_terms(
 
 class LossOps:
     """Vectorized `loss` operations in the canonical padded layout."""
+
+    def policy_loss_reduced(
+        self,
+        mode: str,
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        clip_ratio_low: float,
+        clip_ratio_high: float,
+        clip_ratio_c: float | None = None,
+        global_batch_info: dict[str, Any],
+    ) -> torch.Tensor:
+        """The policy loss ``mode`` of one micro-batch reduced to its scalar as a trainer
+        does: the per-token loss through ``agg_loss`` in the profile's ``loss_agg_mode``
+        (default token-mean) with the mini-batch's global denominators."""
+        op, takes_c = POLICY_LOSS_OPS[mode]
+        extra = {"clip_ratio_c": clip_ratio_c} if takes_c and clip_ratio_c is not None else {}
+        loss, _ = getattr(self, op)(
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            clip_ratio_low=clip_ratio_low,
+            clip_ratio_high=clip_ratio_high,
+            **extra,
+        )
+        agg_mode = self.profile.get("loss_agg_mode", "token-mean")
+        return self.agg_loss(loss, response_mask, agg_mode, **global_batch_info)
 
     def ppo_clip_loss(
         self,

@@ -1571,7 +1571,9 @@ def _invariants_one(spec: Estimator, ctx: Any, case: dict[str, Any]) -> None:
         *(_invariant_check(spec, inv) for spec in ESTIMATORS.values() for inv in _INVARIANTS),
     ),
     meets=tuple(
-        f for f in (*ESTIMATOR_FEATURES, "truncated_sample") if f not in ("singleton_group", "no_samples")
+        f
+        for f in (*ESTIMATOR_FEATURES, "truncated_sample")
+        if f not in ("singleton_group", "no_samples")
     ),
 )
 def check_invariants(ctx: Any, case: dict[str, Any]) -> None:

@@ -10,7 +10,17 @@ Each check compares
    (a plain masked token-mean; aggregation modes are the `agg.*` clauses' business),
 3. ``dS / d log_prob`` (autograd through the target) with the oracle's analytic gradient
    on action tokens, and exactly 0 everywhere else,
-4. the metrics.
+4. the metrics;
+5. where the target implements ``policy_loss_reduced(mode, old, log_prob, adv, mask, *,
+   clip_ratio_low, clip_ratio_high, clip_ratio_c, global_batch_info)`` (the loss of one
+   micro-batch reduced to a scalar the way the trainer reduces it, with the mini-batch's
+   global denominators ``{"dp_size", "batch_num_tokens", "global_batch_size",
+   "loss_scale_factor"}``): ``reduced``, the full batch's scalar equals the oracle's per-token
+   loss aggregated in the profile's ``loss_agg_mode`` (default token-mean; CONTRACT: every
+   loss reaches its scalar through the configured mode with the global denominators), and
+   ``shard_invariance``, the batch split into micro-batches, each reduced with the same
+   global denominators and the scalars summed (as a trainer accumulates micro-batches),
+   equals the full batch's scalar.
 
 Padding (and only padding) holds the case's ``pad_value`` (0, NaN, inf, garbage) in every
 input; mask holes hold ordinary finite values. Neither may reach the loss or the gradient.
@@ -358,6 +368,100 @@ def _check_policy(ctx: Any, case: dict[str, Any], clause_id: str, mode: str) -> 
             metrics["clipfrac"],
             tolerance=ctx.tolerance,
         )
+    if ctx.target.implements("policy_loss_reduced"):
+        _check_reduced(ctx, case, clause_id, mode, expected, [s[0] for s in scales])
+
+
+def _global_batch_info(masks: list[list[int]]) -> dict[str, Any]:
+    """The mini-batch's global denominators, as a trainer passes them to every micro-batch."""
+    from rlconform.oracle import aggregate as agg_oracle
+
+    return {
+        "dp_size": 1,
+        "batch_num_tokens": agg_oracle.action_token_count(masks),
+        "global_batch_size": agg_oracle.sequence_count(masks),
+        "loss_scale_factor": None,
+    }
+
+
+def _reduced(
+    ctx: Any, case: dict[str, Any], mode: str, samples: list[dict[str, Any]], info: dict[str, Any]
+) -> float:
+    part = {**case, "samples": samples}
+    tensors, _, action = _padded_inputs(ctx, part, ("old", "logp", "adv"))
+    extra = {"clip_ratio_c": case["clip_c"]} if "clip_c" in case else {}
+    value = ctx.call(
+        "policy_loss_reduced",
+        mode,
+        tensors["old"],
+        tensors["logp"],
+        tensors["adv"],
+        action,
+        clip_ratio_low=case["clip_low"],
+        clip_ratio_high=case["clip_high"],
+        global_batch_info=dict(info),
+        **extra,
+    )
+    if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        raise ClauseMismatch(
+            f"policy_loss_reduced({mode!r}) must return a scalar tensor, got {value!r}",
+            check="reduced",
+        )
+    return float(value.detach().reshape(()).to("cpu", torch.float64))
+
+
+def _check_reduced(
+    ctx: Any,
+    case: dict[str, Any],
+    clause_id: str,
+    mode: str,
+    expected: list[list[float]],
+    scales: list[list[float]],
+) -> None:
+    """``reduced`` and ``shard_invariance`` of the trainer's own reduction (see the module
+    docstring); micro-batches are the first ceil(B/2) samples and the rest."""
+    from rlconform.oracle import aggregate as agg_oracle
+
+    samples, masks = case["samples"], _masks(case)
+    info = _global_batch_info(masks)
+    agg_mode = ctx.profile.get("loss_agg_mode", "token-mean")
+    settings = {
+        "dp_size": 1,
+        "num_tokens": info["batch_num_tokens"],
+        "num_sequences": info["global_batch_size"],
+        "norm_length": ctx.profile.get("agg_norm_length", 10),
+    }
+    scale = agg_oracle.aggregate(
+        [[abs(x) for x in row] for row in scales], masks, agg_mode, **settings
+    )
+    k = 16.0 + agg_oracle.action_token_count(masks)
+    full = _reduced(ctx, case, mode, samples, info)
+    with ctx.check("reduced"):
+        assert_scalar_close(
+            clause_id,
+            f"policy_loss_reduced({mode!r}) of the whole batch ({agg_mode}, global denominators)",
+            agg_oracle.aggregate(expected, masks, agg_mode, **settings),
+            full,
+            tolerance=ctx.tolerance,
+            scale=scale,
+            k=k,
+        )
+    half = (len(samples) + 1) // 2
+    parts = [p for p in (samples[:half], samples[half:]) if p]
+    if len(parts) < 2:
+        return
+    combined = math.fsum(_reduced(ctx, case, mode, part, info) for part in parts)
+    with ctx.check("shard_invariance"):
+        assert_scalar_close(
+            clause_id,
+            f"policy_loss_reduced({mode!r}) summed over micro-batches of "
+            f"{'+'.join(str(len(p)) for p in parts)} samples (expected = the whole batch)",
+            full,
+            combined,
+            tolerance=ctx.tolerance,
+            scale=scale,
+            k=2 * k,
+        )
 
 
 # Checks and features ---------------------------------------------------------------------
@@ -374,6 +478,7 @@ POLICY_CHECKS = (
     "clipfrac",
     "differentiable",
 )
+VALUE_CHECKS = POLICY_CHECKS[:-2]
 ACTOR_CHECKS = (
     "shape",
     "loss",
@@ -979,7 +1084,7 @@ _VALUE_EXAMPLES = (
     ops=("value_loss",),
     strategy=_value_case(),
     examples=_VALUE_EXAMPLES,
-    checks=POLICY_CHECKS,
+    checks=VALUE_CHECKS,
     meets=LOSS_FEATURES,
 )
 def check_value_clip(ctx: Any, case: dict[str, Any]) -> None:

@@ -441,9 +441,7 @@ def _is_case() -> st.SearchStrategy[dict[str, Any]]:
         logprob_batch(fields=("old", "rollout")),
         st.sampled_from(oracle.IS_CORRECTION_MODES),
         _band((None, 0.5, 0.8), (3.0, 3.0, 2.0, 1.2)),
-    ).map(
-        lambda t: _keep_one({**t[0], "mode": t[1], "clip_min": t[2][0], "clip_max": t[2][1]})
-    )
+    ).map(lambda t: _keep_one({**t[0], "mode": t[1], "clip_min": t[2][0], "clip_max": t[2][1]}))
 
 
 def _sequence_spread(

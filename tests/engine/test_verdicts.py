@@ -252,3 +252,17 @@ def test_an_unsupported_variant_skips_only_the_cases_that_ask_for_it():
     assert run_clause(get("agg.token_sum"), target, CI).status == "skip"
     result = run_clause(get("agg.shard_invariance"), target, CI)
     assert result.status == "pass" and result.skipped_cases > 0
+
+
+def _noisy_placement(self, scores, response_mask, loss_mask):
+    import torch
+
+    out = type(self).place_reward_last(self, scores, response_mask, loss_mask)
+    return out + 1e-3 * torch.rand(()) * (out != 0)
+
+
+def test_an_operation_with_unseeded_randomness_fails_deterministic():
+    target = with_overrides(targets.TorchRef(), name="noisy", place_reward_last=_noisy_placement)
+    result = run_clause(get("reward.place_last"), target, CI)
+    assert result.status == "fail" and result.check == "deterministic"
+    assert "returned a different output on a second call" in result.message

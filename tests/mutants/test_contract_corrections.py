@@ -159,3 +159,32 @@ def test_the_is_log_ratio_clamp_profile_is_honoured():
     assert certify_one(clamped, "offpolicy.icepop").status == "pass"
     broken = with_overrides(clamped, icepop_weights=icepop_without_the_profile_clamp)
     assert_caught(broken, "offpolicy.icepop")
+
+
+# ---- every loss that reduces itself is shard-invariant -----------------------------------
+
+
+def gmpo_mean_over_rows(self, mode, old, log_prob, adv, mask, *, global_batch_info, **clips):
+    """GMPO reduced as verl 0.9.1's geo_mean does: the mean over the micro-batch's rows of
+    the sequence loss, ignoring the global denominators (and the configured mode)."""
+    if mode != "gmpo":
+        return type(self).policy_loss_reduced(
+            self, mode, old, log_prob, adv, mask, global_batch_info=global_batch_info, **clips
+        )
+    clips.pop("clip_ratio_c", None)
+    loss, _ = self.gmpo_loss(old, log_prob, adv, mask, **clips)
+    actions = mask.bool()
+    per_row = torch.where(actions, loss, 0.0).sum(-1) / actions.sum(-1).clamp(min=1)
+    return per_row.mean() if per_row.numel() else per_row.sum()
+
+
+def test_a_loss_reduced_per_micro_batch_fails(torchref):
+    broken = with_overrides(torchref, policy_loss_reduced=gmpo_mean_over_rows)
+    result = assert_caught(broken, "loss.gmpo")
+    assert result.check in ("reduced", "shard_invariance")
+    assert certify_one(broken, "loss.ppo_clip").status == "pass"
+
+
+def test_the_reduction_follows_the_profiles_loss_agg_mode(torchref):
+    seq_mean = _with_profile(torchref, loss_agg_mode="seq-mean-token-mean")
+    assert certify_one(seq_mean, "loss.gmpo").status == "pass"
