@@ -79,6 +79,12 @@ BINDINGS: dict[str, dict[str, object]] = {
         QUALNAMES["rlvr_actor_loss"],
         QUALNAMES["agentic_actor_loss"],
     ),
+    "policy_loss_reduced": _b(
+        "rlvr actor; agentic actor for responses with mask holes (train_step counts)",
+        QUALNAMES["rlvr_actor_loss"],
+        QUALNAMES["agentic_actor_loss"],
+        *STRATEGY_COUNTS,
+    ),
     "value_loss": _b("critic", QUALNAMES["critic_loss"], QUALNAMES["critic_values"]),
     "tis_weights": _b(
         "rlvr / agentic actor", "roll.utils.train_infer_corrections.compute_train_infer_correction"

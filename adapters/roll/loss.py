@@ -181,6 +181,56 @@ class LossBindings(RollCommon):
         loss = _per_token(picked, batch_loss, response_mask, log_prob.dtype)
         return loss, {"clipfrac": float(metrics["actor/clipfrac@sum"])}
 
+    def policy_loss_reduced(
+        self,
+        mode: str,
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        clip_ratio_low: float,
+        clip_ratio_high: float,
+        clip_ratio_c: float | None = None,
+        global_batch_info: dict[str, Any],
+    ) -> torch.Tensor:
+        """loss.* (reduced, shard_invariance) -> one ``ActorWorker.loss_func`` call on the
+        micro-batch, as ``strategy.train_step`` makes it: ``loss_agg_mode`` from the profile
+        (ROLL's default seq-mean-token-mean), ``meta_info`` counts from the strategy's
+        counters whose all-reduce gives the mini-batch totals of ``global_batch_info``, and
+        the loss times ``dp_size`` (``apply_loss_scale``, see ``aggregate.py``)."""
+        if mode not in ("ppo_clip", "dual_clip"):
+            raise Unsupported(f"ROLL's actor loss_func has no policy loss {mode!r}")
+        if global_batch_info.get("loss_scale_factor") is not None:
+            raise Unsupported("ROLL's seq-mean-token-sum-norm takes no constant (grid width)")
+        agentic = has_holes(response_mask)
+        layout = self._layout(response_mask)
+        config = self._actor_config(
+            clip_ratio_low, clip_ratio_high, clip_ratio_c if mode == "dual_clip" else None
+        )
+        config.loss_agg_mode = self.profile.get("loss_agg_mode", "seq-mean-token-mean")
+        data = self._actor_data(
+            layout, old_log_prob, advantages, response_mask, response_mask, agentic
+        )
+        grid_mask = layout.tokens_to_roll(response_mask, fill=0)
+        totals = (
+            int(global_batch_info["batch_num_tokens"]),
+            int(global_batch_info["global_batch_size"]),
+        )
+        tokens, samples, _ = self.counted(grid_mask, totals)
+        data.meta_info["batch_num_tokens"] = {
+            "response_mask": tokens,
+            "final_response_mask": tokens,
+        }
+        data.meta_info["global_valid_samples"] = {
+            "response_mask": samples,
+            "final_response_mask": samples,
+        }
+        worker = self._worker(config, _Strategy(), agentic)
+        value, _ = worker.loss_func(data, layout.tokens_to_roll(log_prob, fill=0.0))
+        dp_size = int(global_batch_info.get("dp_size", 1))
+        return value * dp_size if dp_size != 1 else value
+
     # ------------------------------------------------------------------ value loss
 
     def value_loss(

@@ -33,6 +33,7 @@ PROFILE = Profile(
         "reward_norm_eps": 1e-6,
         "kl_metric_reduction": "sample_mean",  # critic/kl: mean over samples of masked means
         "agg_norm_length": SEQUENCE_LENGTH - 1,
+        "loss_agg_mode": "seq-mean-token-mean",  # PPOConfig.loss_agg_mode default
         "roll_sequence_length": SEQUENCE_LENGTH,
         "roll_whiten_advantages": True,  # the config switch the contract's adv.gae needs
         "whiten_degenerate": "zeros",

@@ -84,6 +84,13 @@ SOURCE_PLANTS = [
         "loss = -torch.min(surr1, surr2)",
         "loss = -torch.max(surr1, surr2)",
     ),
+    # The rlvr actor reduces each micro-batch with its own counts, not the strategy's.
+    (
+        "loss.ppo_clip",
+        "roll/pipeline/rlvr/actor_worker.py",
+        'global_valid_samples=valid["final_response_mask"],',
+        "global_valid_samples=None,",
+    ),
     # The critic drops the clipped branch of the value loss.
     (
         "loss.value_clip",
