@@ -39,7 +39,7 @@ class DeviationResult:
 
     @property
     def summary(self) -> str:
-        scope = ", ".join(self.checks) or "whole clause"
+        scope = ", ".join(self.checks) or "every check"
         if self.declared_features:
             scope += " on " + ", ".join(self.declared_features)
         seen = f"observed {self.count}x, {self.severity}" if self.observed else "not observed"

@@ -21,12 +21,14 @@ def test_certify_torchref_exit_0_and_json_schema(tmp_path):
     assert set(report["summary"]) == {"pass", "fail", "deviation", "skip", "error", "by_severity"}
     for entry in report["clauses"]:
         assert {"id", "status", "message", "counterexample"} <= set(entry)
-    assert report["clauses"][0] == {
+    first = report["clauses"][0]
+    assert {k: first[k] for k in ("id", "status", "message", "counterexample")} == {
         "id": "reward.place_last",
         "status": "pass",
         "message": "",
         "counterexample": None,
     }
+    assert first["severity"] is None and first["features"] == []
 
 
 def test_certify_broken_target_exit_1_with_reports(tmp_path):

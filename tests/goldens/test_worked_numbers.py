@@ -126,8 +126,9 @@ WORKED = [
     ),
     # adv.rloo: A_i = n/(n-1) (score_i - mean) = score_i - mean of the others.
     ("adv.rloo", "advantages", [[1.5 * (1 - 0.5)], [1.5 * (0 - 0.5)] * 2, [0.0]], 0),
-    # adv.grpo with norm_by_std off (Dr. GRPO): score - group mean.
-    ("adv.grpo", "advantages", [[0.0] * 3, [0.5] * 2, [0.0], [-0.5, -0.5, 0.0], [0.0] * 2], 0),
+    # adv.grpo with norm_by_std off (Dr. GRPO): score - group mean. g0 = 0.5 three times; g1
+    # = 1 and 2.5 (the reward on s3's trailing tool token counts): mean 1.75 -> -+0.75.
+    ("adv.grpo", "advantages", [[0.0] * 3, [-0.75] * 2, [0.0], [0.75, 0.75, 0.0], [0.0] * 2], 0),
     # kl.estimators: k3 with ref - logp clamped to +-20 and the value to +-10 (verl row:
     # logp - ref = [0.2, -0.4, -29.9, 25.0]).
     ("kl.estimators", "values", [[K3(0.2), K3(-0.4), 10.0, 10.0]], 1e-12),

@@ -39,11 +39,15 @@ def importance_ratio_detached(self, logprob, ref_logprob, old_logprob, mode):
     return self.importance_weighted_kl(logprob, ref_logprob, shifted_old, mode)
 
 
-def k3_clamped_before_weighting(self, logprob, ref_logprob, old_logprob, mode):
+def k3_clamped_after_weighting(self, logprob, ref_logprob, old_logprob, mode):
+    """Clamps the weighted product (slime's order); the contract clamps the KL first."""
     if mode not in K3_MODES:
         return self.importance_weighted_kl(logprob, ref_logprob, old_logprob, mode)
     ratio = torch.exp((logprob - old_logprob).clamp(-20.0, 20.0))
-    return ratio * self.kl_penalty(logprob, ref_logprob, mode)
+    unclamped = torch.expm1((ref_logprob - logprob).clamp(-20.0, 20.0)) - (
+        ref_logprob - logprob
+    ).clamp(-20.0, 20.0)
+    return (ratio * unclamped).clamp(-10.0, 10.0)
 
 
 def kl_in_reward_unmasked(self, token_scores, old_logprob, ref_logprob, response_mask, beta, mode):
@@ -79,7 +83,7 @@ def controller_fixed_drifts(self, kind, value, current_kl, n_steps, target_kl, h
         ("kl.straight_through", "kl_penalty", straight_through_detached),
         ("kl.straight_through", "kl_penalty", straight_through_keeps_estimator_gradient),
         ("kl.importance_weighted", "importance_weighted_kl", importance_ratio_detached),
-        ("kl.importance_weighted", "importance_weighted_kl", k3_clamped_before_weighting),
+        ("kl.importance_weighted", "importance_weighted_kl", k3_clamped_after_weighting),
         ("kl.in_reward", "apply_kl_in_reward", kl_in_reward_unmasked),
         ("kl.in_reward", "apply_kl_in_reward", kl_metric_over_padding),
         ("kl.adaptive_controller", "kl_controller_update", controller_without_clip),

@@ -52,16 +52,25 @@ def test_grpo_nearly_equal_scores_match_contract_section_4():
     assert firsts(advantages) == pytest.approx([-0.61949, 0.61949], abs=1e-4)
 
 
-def test_grpo_all_equal_scores_give_zero_and_holes_are_ignored():
-    rewards = [[0.0, 1000.0, 0.5], [0.25, 0.25]]
+def test_grpo_all_equal_scores_give_zero_and_hole_rewards_count():
+    # scores: 0 + 0.25 (on the hole) + 0.25 = 0.5, and 0.25 + 0.25 = 0.5: all equal.
+    rewards = [[0.0, 0.25, 0.25], [0.25, 0.25]]
     masks = [[1, 0, 1], [1, 1]]
     advantages, _ = oracle.grpo(rewards, masks, ["g", "g"])
     assert advantages == [[0.0, 0.0, 0.0], [0.0, 0.0]]
 
 
-def test_score_counts_action_tokens_only():
-    assert oracle.sample_score([1.0, 7.0, 2.0, float("nan")], [1, 0, 1, 0]) == 3.0
+def test_score_sums_the_whole_response_holes_included():
+    assert oracle.sample_score([1.0, 7.0, 2.0, 0.5], [1, 0, 1, 0]) == 10.5
     assert oracle.sample_score([], []) == 0.0
+
+
+def test_credited_rewards_move_to_the_preceding_action_token():
+    # a hole's reward goes to the action token before it; one before every action token
+    # goes to the first action token; a sample without action tokens has no carrier.
+    assert oracle.credited_rewards([1.0, 7.0, 2.0, 0.5], [1, 0, 1, 0]) == [8.0, 0.0, 2.5, 0.0]
+    assert oracle.credited_rewards([3.0, 1.0, 0.0], [0, 1, 1]) == [0.0, 4.0, 0.0]
+    assert oracle.credited_rewards([1.0, 2.0], [0, 0]) == [0.0, 0.0]
 
 
 def test_rloo_leave_one_out():
@@ -85,12 +94,32 @@ def test_gae_two_tokens_by_hand():
     assert advantages[0] == pytest.approx([-1 / math.sqrt(2), 1 / math.sqrt(2)], rel=1e-6)
 
 
-def test_gae_skips_a_tool_observation():
-    # The hole (reward 99, value 99) is skipped: same numbers as without it.
+def test_gae_skips_a_tool_observation_and_credits_its_reward():
+    # The hole's value 99 is skipped; its reward 2 counts on the action token before it:
+    # r = [2, -, 1], V = [0.5, -, 0.25], gamma = lam = 1, terminated:
+    # delta_2 = 1 - 0.25 = 0.75; delta_0 = 2 + 0.25 - 0.5 = 1.75; A = [2.5, -, 0.75];
+    # returns = A + V = [3, 0, 1].
     _, returns = oracle.gae(
-        [[0.0, 99.0, 1.0]], [[0.5, 99.0, 0.25]], [[1, 0, 1]], [True], [0.0], gamma=1.0, lam=1.0
+        [[0.0, 2.0, 1.0]], [[0.5, 99.0, 0.25]], [[1, 0, 1]], [True], [0.0], gamma=1.0, lam=1.0
     )
-    assert returns == [[1.0, 0.0, 1.0]]
+    assert returns == [[3.0, 0.0, 1.0]]
+
+
+def test_gae_discount_at_holes_counts_every_position():
+    # gamma 0.5, lam 1: with holes as steps, token 0 sees gamma^2 of the next action token.
+    # delta_2 = 1 - 0.25 = 0.75; delta_0 = 0 + 0.25 * 0.25 - 0.5 = -0.4375;
+    # A_0 = -0.4375 + 0.25 * 0.75 = -0.25; returns = [0.25, 0, 1].
+    _, returns = oracle.gae(
+        [[0.0, 0.0, 1.0]],
+        [[0.5, 9.0, 0.25]],
+        [[1, 0, 1]],
+        [True],
+        [0.0],
+        gamma=0.5,
+        lam=1.0,
+        discount_at_holes=True,
+    )
+    assert returns == [[0.25, 0.0, 1.0]]
 
 
 def test_gae_bootstraps_only_truncated_samples():
@@ -122,8 +151,8 @@ def test_whitening_with_at_most_one_action_token():
 
 
 def test_reinforce_pp_carries_the_return_through_a_hole():
-    # mask 1,0,1,1, gamma 0.5, reward 1 at the end: G = [0.25, -, 0.5, 1].
-    advantages, returns = oracle.reinforce_pp([[0.0, 7.0, 0.0, 1.0]], [[1, 0, 1, 1]], gamma=0.5)
+    # mask 1,0,1,1, gamma 0.5, reward 1 at the end and 0 on the hole: G = [0.25, -, 0.5, 1].
+    advantages, returns = oracle.reinforce_pp([[0.0, 0.0, 0.0, 1.0]], [[1, 0, 1, 1]], gamma=0.5)
     assert returns == [[0.25, 0.0, 0.5, 1.0]]
     # Whitened over 3 tokens: mean 7/12, unbiased var 0.1458333.
     std = math.sqrt(0.1458333333333333 + 1e-8)
@@ -140,9 +169,10 @@ def test_reinforce_pp_baseline_centres_then_whitens():
 
 
 def test_remax_suffix_sums_minus_greedy_reward():
+    # the hole's 9 counts on token 0: credited [9.5, -, 0, 1] -> suffix sums [10.5, -, 1, 1].
     advantages, returns = oracle.remax([[0.5, 9.0, 0.0, 1.0]], [[1, 0, 1, 1]], [0.5])
-    assert returns == [[1.5, 0.0, 1.0, 1.0]]
-    assert advantages == [[1.0, 0.0, 0.5, 0.5]]
+    assert returns == [[10.5, 0.0, 1.0, 1.0]]
+    assert advantages == [[10.0, 0.0, 0.5, 0.5]]
 
 
 def test_opo_length_weighted_baseline():

@@ -67,8 +67,15 @@ def test_importance_weighted():
     values, grads = kl.importance_weighted_kl([-1.0], [-1.5], [-1.25], "k1")
     assert values == pytest.approx([0.6420127])
     assert grads == pytest.approx([1.9260381])
-    # k3 = e^-2 + 1 = 1.1353 < 10 but w = e^3 = 20.09: the product 22.8 is clamped to 10.
-    assert kl.importance_weighted_kl([-1.0], [-3.0], [-4.0], "low_var_kl") == ([10.0], [0.0])
+    # k3 = e^-2 + 1 = 1.1353 < 10 and w = e^3 = 20.09: the clamp acts on the KL before the
+    # weighting, so the product 22.8 stands; d/dlogp = w k3 + w (1 - e^-2).
+    values, grads = kl.importance_weighted_kl([-1.0], [-3.0], [-4.0], "low_var_kl")
+    w, k3 = math.exp(3.0), math.exp(-2.0) + 1.0
+    assert values == pytest.approx([w * k3])
+    assert grads == pytest.approx([w * k3 + w * (1.0 - math.exp(-2.0))])
+    # k3 = e^12 - 13 > 10 is clamped to 10 (its gradient 0) and then weighted by w = e^1.
+    values, grads = kl.importance_weighted_kl([-1.0], [11.0], [-2.0], "low_var_kl")
+    assert values == pytest.approx([10.0 * math.e]) and grads == pytest.approx([10.0 * math.e])
     # logp - old = 29.5 -> clamped to 20: w = e^20 carries no gradient; k1 = -0.25.
     values, grads = kl.importance_weighted_kl([-0.5], [-0.25], [-30.0], "kl")
     assert values == pytest.approx([-0.25 * 485165195.40979])

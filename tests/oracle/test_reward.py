@@ -21,22 +21,33 @@ def test_place_last_on_index_l_minus_1():
     assert oracle.place_reward_last(2.0, []) == ([], True)
 
 
-def test_place_uniform_is_r_over_l_on_action_tokens():
+def test_place_uniform_is_r_over_n_on_action_tokens():
     assert oracle.place_reward_uniform(2.0, [1, 1, 1, 1]) == [0.5, 0.5, 0.5, 0.5]
-    # L_i = 4 with a tool observation at index 1: 2 / 4 on the three action tokens.
-    assert oracle.place_reward_uniform(2.0, [1, 0, 1, 1]) == [0.5, 0.0, 0.5, 0.5]
+    # L_i = 4 with a tool observation at index 1: 3 / 3 on the three action tokens (sum r).
+    assert oracle.place_reward_uniform(3.0, [1, 0, 1, 1]) == [1.0, 0.0, 1.0, 1.0]
     assert oracle.place_reward_uniform(2.0, []) == []
+    assert oracle.place_reward_uniform(2.0, [0, 0]) == [0.0, 0.0]
 
 
 def test_place_discounted():
-    # g = 0.5, L = 3: weights 1/4, 1/2, 1 over a total of 7/4 -> [1, 2, 4] for r = 7.
-    assert oracle.place_reward_discounted(7.0, 3, 0.5) == pytest.approx([1.0, 2.0, 4.0], rel=1e-15)
-    assert oracle.place_reward_discounted(2.0, 4, 0.0) == [0.0, 0.0, 0.0, 2.0]
-    assert oracle.place_reward_discounted(2.0, 4, 1.0) == [0.5, 0.5, 0.5, 0.5]
-    assert math.fsum(oracle.place_reward_discounted(3.0, 5, 0.9)) == pytest.approx(3.0, rel=1e-15)
-    assert oracle.place_reward_discounted(3.0, 0, 0.9) == []
+    # g = 0.5, 3 action tokens: weights 1/4, 1/2, 1 over a total of 7/4 -> [1, 2, 4] for r = 7.
+    assert oracle.place_reward_discounted(7.0, [1, 1, 1], 0.5) == pytest.approx(
+        [1.0, 2.0, 4.0], rel=1e-15
+    )
+    # A hole is skipped: the same weights over the action tokens, 0 on the hole.
+    assert oracle.place_reward_discounted(7.0, [1, 0, 1, 1], 0.5) == pytest.approx(
+        [1.0, 0.0, 2.0, 4.0], rel=1e-15
+    )
+    # g = 0: everything on the last action token, even when a tool token follows it.
+    assert oracle.place_reward_discounted(2.0, [1, 1, 1, 0], 0.0) == [0.0, 0.0, 2.0, 0.0]
+    assert oracle.place_reward_discounted(2.0, [1, 1, 1, 1], 1.0) == [0.5, 0.5, 0.5, 0.5]
+    assert math.fsum(oracle.place_reward_discounted(3.0, [1] * 5, 0.9)) == pytest.approx(
+        3.0, rel=1e-15
+    )
+    assert oracle.place_reward_discounted(3.0, [], 0.9) == []
+    assert oracle.place_reward_discounted(3.0, [0, 0], 0.9) == [0.0, 0.0]
     with pytest.raises(ContractError):
-        oracle.place_reward_discounted(1.0, 2, -1.0)
+        oracle.place_reward_discounted(1.0, [1, 1], -1.0)
 
 
 def test_normalize_batch_worked_example():
@@ -77,9 +88,9 @@ def test_normalize_batch_edge_cases():
 
 
 def test_td_target_worked_example():
-    # r 0.2, V(last) 0.8, gamma 0.9: terminated 0.2, truncated 0.2 + 0.72 = 0.92.
-    assert oracle.td_target(0.2, [0.5, 0.8], False, 0.9) == 0.2
-    assert oracle.td_target(0.2, [0.5, 0.8], True, 0.9) == pytest.approx(0.92, rel=1e-15)
-    assert oracle.td_target(1.0, [], False, 0.9) == 1.0
-    with pytest.raises(ContractError, match="cannot bootstrap"):
-        oracle.td_target(1.0, [], True, 0.9, uid="s0")
+    # r 0.2, V_boot 0.8, gamma 0.9: terminated 0.2, truncated 0.2 + 0.72 = 0.92.
+    assert oracle.td_target(0.2, 0.8, False, 0.9) == 0.2
+    assert oracle.td_target(0.2, 0.8, True, 0.9) == pytest.approx(0.92, rel=1e-15)
+    assert oracle.td_target(1.0, float("nan"), False, 0.9) == 1.0
+    with pytest.raises(ContractError, match="bootstrap nan"):
+        oracle.td_target(1.0, float("nan"), True, 0.9, uid="s0")
