@@ -13,6 +13,7 @@ BUILTIN_TARGETS: dict[str, str] = {
     "roll": "rlconform.adapters.roll:load",
     "verl": "rlconform.adapters.verl:load",
     "slime": "rlconform.adapters.slime:load",
+    "trl": "rlconform.adapters.trl:load",
     "openrlhf": "rlconform.adapters.openrlhf:load",
 }
 

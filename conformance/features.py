@@ -216,6 +216,12 @@ def _value_features(value: float) -> set[str]:
     return {"padding_finite"}
 
 
+def pad_value_features(value: Any) -> set[str]:
+    """The features a value written at padding or at mask-0 positions gives a case (for
+    clauses whose case formats the walker cannot read: logits rows, batch containers)."""
+    return _value_features(float(value)) if _number(value) else set()
+
+
 def _log_ratio_features(sample: dict[str, Any], mask: list[int]) -> set[str]:
     rows = [
         sample[name]

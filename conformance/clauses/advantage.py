@@ -4,9 +4,11 @@ One operation per estimator, so a target may implement a subset. Every operation
 right-padded (B, T) tensors with ``response_mask`` = 1 on action tokens (holes for tool
 observations included, as verl's ``response_mask``) and returns ``(advantages, returns)``,
 both (B, T). Advantages and returns are compared on action tokens only; ``adv.invariants``
-separately requires exact zeros everywhere else. Token rewards (and values, log-probs) at
-mask-0 positions are ignored: score_i is the sum over action tokens. ``index`` is the group
-labels as a numpy object array (verl's ``uid`` column).
+separately requires exact zeros everywhere else. Token rewards are read over the whole
+response, mask holes included (CONTRACT reward credit: score_i is their sum; the
+return-based estimators credit a hole's reward to the preceding action token); reward
+padding is 0 by protocol. Values, log-probs and weights at mask-0 positions are ignored.
+``index`` is the group labels as a numpy object array (verl's ``uid`` column).
 
 Operations (each returns ``(advantages, returns)``):
 
@@ -1063,6 +1065,7 @@ OUTCOME_FEATURES = (
     "hole_reward",
     "empty_batch",
     "no_samples",
+    "zero_width",
 )
 # Estimators that also read values or log-probs, padded with the case's garbage.
 ESTIMATOR_FEATURES = (*OUTCOME_FEATURES, "padding_finite", "padding_nonfinite", "overflow")

@@ -80,7 +80,7 @@ def _split_sizes(draw: Any, n: int, k: int) -> list[int]:
 @st.composite
 def _shard_case(draw: Any) -> dict[str, Any]:
     """A ragged batch cut into k contiguous shards (uneven, possibly empty) and a mode."""
-    case = draw(cs.token_batch(fields=("loss",)))
+    case = draw(cs.token_batch(fields=("loss",), min_samples=0))
     k = draw(st.integers(1, 4))
     case["mode"] = draw(st.sampled_from(oracle.MODES))
     case["combine"] = draw(st.sampled_from(COMBINES))

@@ -4,14 +4,17 @@ divisor, sequence-length balancing.
 The target supplies its own container (verl: ``DataProto``) through two operations,
 ``batch_make(tensors, non_tensors, meta)`` and ``batch_read(container) -> (tensors,
 non_tensors, meta)``; every other operation takes and returns containers. A case holds one
-plain batch: per row a uid, a float ``score``, a fixed-width int row ``ids`` and a
-``source`` string; the harness adds ``sample_index`` (the row's input position, so every
-tensor row is distinct) and meta ``{step, temperature, global_token_num}``, the last a
-per-sample list that must be passed whole, never split.
+plain batch: per row a uid, a float ``score``, a fixed-width int row ``ids``, a ragged
+float row ``logp`` (L_i log-probs, right-padded to the width with the batch's
+``pad_value``: 0, finite garbage, or NaN/inf at hardening) and a ``source`` string; the
+harness adds ``sample_index`` (the row's input position, so every tensor row is distinct)
+and meta ``{step, temperature, global_token_num}``, the last a per-sample list that must be
+passed whole, never split.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -20,7 +23,8 @@ from hypothesis import strategies as st
 
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.compare import assert_equal, assert_scalar_close
-from rlconform.conformance.errors import ClauseMismatch
+from rlconform.conformance.errors import ClauseMismatch, TargetError
+from rlconform.conformance.features import allows, pad_value_features
 from rlconform.conformance.harness import to_float_list
 from rlconform.conformance.registry import clause
 from rlconform.oracle import batch as oracle
@@ -34,58 +38,100 @@ SOURCES = ("gsm8k", "math", "code")
 
 
 @st.composite
-def batch_spec(draw: Any, min_rows: int = 1, max_rows: int = 5, allow_nan: bool = True) -> dict:
-    """One plain batch: rows with uid, score (NaN possible), ids of a common width, source."""
+def batch_spec(draw: Any, min_rows: int = 1, max_rows: int = 5) -> dict:
+    """One plain batch: rows with uid, score, ids of a common width, log-probs of L_i <= width
+    tokens (padded with the pad value), source. (edge) L_i = 0; (hardening) width 0 and
+    NaN/inf/huge padding."""
     n = draw(st.integers(min_rows, max_rows))
-    width = draw(st.integers(0, 3))
-    score = cs.finite() | st.just(NAN) if allow_nan else cs.finite()
-    rows = [
-        {
-            "uid": f"s{i}",
-            "score": draw(score),
-            "ids": draw(st.lists(st.integers(0, 50_000), min_size=width, max_size=width)),
-            "source": draw(st.sampled_from(SOURCES)),
-        }
-        for i in range(n)
-    ]
+    width = draw(st.integers(0 if allows("hardening") else 1, 3))
+    rows = []
+    for i in range(n):
+        length = draw(cs.lengths(width)) if width else 0
+        rows.append(
+            {
+                "uid": f"s{i}",
+                "score": draw(cs.finite()),
+                "ids": draw(st.lists(st.integers(0, 50_000), min_size=width, max_size=width)),
+                "logp": draw(st.lists(cs.finite(-8.0, 0.0), min_size=length, max_size=length)),
+                "source": draw(st.sampled_from(SOURCES)),
+            }
+        )
     meta = {
         "step": draw(st.integers(0, 9)),
         "temperature": draw(st.sampled_from([1.0, 0.7])),
         "global_token_num": draw(st.lists(st.integers(0, 64), min_size=n, max_size=n)),
     }
-    return {"rows": rows, "width": width, "meta": meta}
+    return {"rows": rows, "width": width, "pad_value": draw(cs.pad_values()), "meta": meta}
 
 
-def _spec(scores: list[float], width: int = 2, meta_step: int = 3) -> dict:
-    """A pinned batch: uids s0.., the given scores, ids 10*i + column, alternating sources."""
-    rows = [
-        {
-            "uid": f"s{i}",
-            "score": s,
-            "ids": [10 * i + c for c in range(width)],
-            "source": SOURCES[i % 2],
-        }
-        for i, s in enumerate(scores)
-    ]
+def _spec(scores: list[float], width: int = 2, meta_step: int = 3, pad_value: float = 0.0) -> dict:
+    """A pinned batch: uids s0.., the given scores, ids 10*i + column, L_i = width for even
+    rows and width - 1 (at least 1) for odd ones, alternating sources."""
+    rows = []
+    for i, s in enumerate(scores):
+        length = max(1, width - i % 2) if width else 0
+        rows.append(
+            {
+                "uid": f"s{i}",
+                "score": s,
+                "ids": [10 * i + c for c in range(width)],
+                "logp": [-0.25 * (i + t + 1) for t in range(length)],
+                "source": SOURCES[i % 2],
+            }
+        )
     meta = {
         "step": meta_step,
         "temperature": 0.7,
         "global_token_num": [i + 2 for i in range(len(scores))],
     }
-    return {"rows": rows, "width": width, "meta": meta}
+    return {"rows": rows, "width": width, "pad_value": pad_value, "meta": meta}
+
+
+# The §0a features a batch can have (its rows' log-probs are the per-token field).
+SPEC_FEATURES = (
+    "empty_response",
+    "extra_padding",
+    "padding_finite",
+    "padding_nonfinite",
+    "overflow",
+    "zero_width",
+)
+
+
+def spec_features(spec: dict) -> set[str]:
+    """L_i = 0, a width above the longest row, the pad value at the padding of ``logp``, a
+    zero-width batch."""
+    rows, width = spec["rows"], spec["width"]
+    lengths = [len(r["logp"]) for r in rows]
+    found = set()
+    if rows and width == 0:
+        found.add("zero_width")
+    if 0 in lengths:
+        found.add("empty_response")
+    if rows and 0 < max(lengths) < width:
+        found.add("extra_padding")
+    if any(n < width for n in lengths):
+        found |= pad_value_features(spec["pad_value"])
+    return found
+
+
+def _batch_features(case: dict) -> set[str]:
+    return spec_features(case["batch"])
 
 
 # ---- plain batch <-> target container ----------------------------------------------------
 
 
 def _plain(spec: dict) -> dict:
-    rows = spec["rows"]
+    rows, width = spec["rows"], spec["width"]
+    padding = [spec["pad_value"]] * width
     return {
         "size": len(rows),
         "tensors": {
             "sample_index": list(range(len(rows))),
             "score": [r["score"] for r in rows],
             "ids": [list(r["ids"]) for r in rows],
+            "logp": [list(r["logp"]) + padding[len(r["logp"]) :] for r in rows],
         },
         "non_tensors": {"uid": [r["uid"] for r in rows], "source": [r["source"] for r in rows]},
         "meta": {k: (list(v) if isinstance(v, list) else v) for k, v in spec["meta"].items()},
@@ -97,7 +143,20 @@ def _layout(ctx: Any, spec: dict) -> dict[str, tuple[torch.dtype, tuple[int, ...
         "sample_index": (torch.int64, ()),
         "score": (ctx.dtype, ()),
         "ids": (torch.int64, (spec["width"],)),
+        "logp": (ctx.dtype, (spec["width"],)),
     }
+
+
+def _rounded(ctx: Any, plain: dict, layout: dict) -> dict:
+    """The plain batch with its float tensor rows as the target stores them (its dtype): a
+    pad value such as -1e30 is not exact in float32."""
+    out = dict(plain, tensors=dict(plain["tensors"]))
+    for key, rows in plain["tensors"].items():
+        dtype, trailing = layout[key]
+        if dtype.is_floating_point and rows:
+            values = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), *trailing)
+            out["tensors"][key] = to_float_list(values.to(dtype))
+    return out
 
 
 def _make(ctx: Any, plain: dict, layout: dict) -> Any:
@@ -124,8 +183,10 @@ def _read(ctx: Any, container: Any) -> tuple[dict, dict[str, torch.dtype]]:
     return plain, {k: v.dtype for k, v in tensors.items()}
 
 
-def _mismatch(clause_id: str, message: str, **detail: Any) -> ClauseMismatch:
-    return ClauseMismatch(f"[{clause_id}] {message}", detail=detail)
+def _mismatch(
+    clause_id: str, message: str, check: str | None = None, **detail: Any
+) -> ClauseMismatch:
+    return ClauseMismatch(f"[{clause_id}] {message}", detail=detail, check=check)
 
 
 def _row_name(expected: dict, row: int) -> str:
@@ -136,9 +197,25 @@ def _row_name(expected: dict, row: int) -> str:
 
 
 def assert_batch(
+    clause_id: str,
+    what: str,
+    expected: dict,
+    layout: dict,
+    actual: tuple[dict, dict],
+    check: str | None = None,
+) -> None:
+    """The container read back holds exactly the expected rows, dtypes and meta (a failure
+    is check ``check``)."""
+    try:
+        _assert_batch(clause_id, what, expected, layout, actual)
+    except ClauseMismatch as failure:
+        failure.check = failure.check or check
+        raise
+
+
+def _assert_batch(
     clause_id: str, what: str, expected: dict, layout: dict, actual: tuple[dict, dict]
 ) -> None:
-    """The container read back holds exactly the expected rows, dtypes and meta."""
     observed, dtypes = actual
     for section in ("tensors", "non_tensors", "meta"):
         exp_keys, act_keys = sorted(expected[section]), sorted(observed[section])
@@ -196,19 +273,24 @@ def assert_batch(
             )
 
 
-def _raises(ctx: Any, op: str, *args: Any) -> tuple[Any, Exception | None]:
+def _raises(ctx: Any, op: str, *args: Any) -> tuple[Any, BaseException | None]:
     """Call an operation whose failure is an expected outcome; return (result, exception)."""
     try:
-        return getattr(ctx.target, op)(*args), None
-    except Exception as exc:  # the contract asks for an error here, of any type
-        return None, exc
+        return ctx.call(op, *args), None
+    except TargetError as failure:  # the contract asks for an error here, of any type
+        return None, failure.original
+
+
+def _in_place(ctx: Any, key: str) -> Any:
+    """Calls the profile documents as in place (``key`` True) may modify their arguments."""
+    return ctx.in_place() if ctx.profile.get(key, False) else contextlib.nullcontext()
 
 
 # ---- batch.union -----------------------------------------------------------------------
 
 _SECTIONS = ("tensors", "non_tensors", "meta")
 _KEYS = {
-    "tensors": ("sample_index", "score", "ids"),
+    "tensors": ("sample_index", "score", "ids", "logp"),
     "non_tensors": ("uid", "source"),
     "meta": ("step", "temperature", "global_token_num"),
 }
@@ -286,11 +368,12 @@ _UNION_EXAMPLES = (
         "conflict": "none",
         "row": 0,
     },
-    # A shared key that holds NaN is equal to itself (verl's torch.equal says it is not).
+    # A shared key that holds NaN (at its padding) is equal to itself (verl's torch.equal
+    # says it is not).
     {
-        "batch": _spec([NAN, 1.0]),
-        "a": {"tensors": ["score", "sample_index"], "non_tensors": ["uid"]},
-        "b": {"tensors": ["score"], "non_tensors": ["uid", "source"]},
+        "batch": _spec([0.5, 1.0], pad_value=NAN),
+        "a": {"tensors": ["logp", "sample_index"], "non_tensors": ["uid"]},
+        "b": {"tensors": ["logp", "score"], "non_tensors": ["uid", "source"]},
         "conflict": "none",
         "row": 0,
     },
@@ -311,9 +394,9 @@ _UNION_EXAMPLES = (
         "conflict": "non_tensor",
         "row": 1,
     },
-    # Conflicting meta value.
+    # Conflicting meta value (huge padding in the log-probs of the second row).
     {
-        "batch": _spec([0.5]),
+        "batch": _spec([0.5, 1.5], pad_value=-1e30),
         "a": {"meta": ["step", "temperature"]},
         "b": {"meta": ["step"]},
         "conflict": "meta",
@@ -342,48 +425,63 @@ _UNION_EXAMPLES = (
     ops=("batch_make", "batch_read", "batch_union"),
     strategy=_union_case(),
     examples=_UNION_EXAMPLES,
+    checks=(
+        "conflict_raises",
+        "no_partial_merge",
+        "accepts_equal",
+        "result",
+        "first_input",
+        "second_input",
+    ),
+    meets=SPEC_FEATURES,
+    case_features=_batch_features,
 )
 def check_union(ctx: Any, case: dict) -> None:
     in_place = bool(ctx.profile.get("batch_union_in_place", False))
     layout = _layout(ctx, case["batch"])
-    a_plain, b_plain = _union_sides(case)
+    a_plain, b_plain = (_rounded(ctx, side, layout) for side in _union_sides(case))
     a, b = _make(ctx, a_plain, layout), _make(ctx, b_plain, layout)
     try:
         expected = oracle.union(a_plain, b_plain)
     except ContractError as conflict:
         expected, reason = None, str(conflict)
-    result, raised = _raises(ctx, "batch_union", a, b)
+    with _in_place(ctx, "batch_union_in_place"):
+        result, raised = _raises(ctx, "batch_union", a, b)
     if expected is None:
         if raised is None:
             raise _mismatch(
                 "batch.union",
                 f"union returned without error although {reason.split('] ', 1)[-1]} "
                 "(a silent overwrite)",
+                "conflict_raises",
                 what="union",
                 expected="error",
                 actual="no error",
             )
-        assert_batch(
-            "batch.union", "first input after a failed union", a_plain, layout, _read(ctx, a)
-        )
-        assert_batch(
-            "batch.union", "second input after a failed union", b_plain, layout, _read(ctx, b)
-        )
+        for what, plain, side in (("first", a_plain, a), ("second", b_plain, b)):
+            with ctx.check("no_partial_merge"):
+                label = f"{what} input after a failed union"
+                assert_batch("batch.union", label, plain, layout, _read(ctx, side))
         return
     if raised is not None:
         raise _mismatch(
             "batch.union",
             f"union raised {type(raised).__name__}: {raised} although every shared key is equal "
             "(NaN equal to NaN)".replace("\n", " "),
+            "accepts_equal",
             what="union",
             expected="union",
             actual=f"{type(raised).__name__}",
         )
-    assert_batch("batch.union", "union result", expected, layout, _read(ctx, result))
+    with ctx.check("result"):
+        assert_batch("batch.union", "union result", expected, layout, _read(ctx, result))
     first = expected if in_place else a_plain
     label = "first input (union in place)" if in_place else "first input (union not in place)"
-    assert_batch("batch.union", label, first, layout, _read(ctx, a))
-    assert_batch("batch.union", "second input", b_plain, layout, _read(ctx, b))
+    with ctx.check("first_input"):
+        assert_batch("batch.union", label, first, layout, _read(ctx, a))
+    assert_batch(
+        "batch.union", "second input", b_plain, layout, _read(ctx, b), check="second_input"
+    )
 
 
 # ---- batch.row_ops ---------------------------------------------------------------------
@@ -422,9 +520,9 @@ _ROW_OPS_EXAMPLES = (
         "repeat": 2,
         "interleave": True,
     },
-    # Tiled repeat, empty selection, split wider than the batch, zero-width ids, NaN scores.
+    # Tiled repeat, empty selection, split wider than the batch, zero-width ids and logp.
     {
-        "batch": _spec([NAN, 1.0, -2.5], width=0),
+        "batch": _spec([0.5, 1.0, -2.5], width=0),
         "chunks": 3,
         "uneven_chunks": 2,
         "split_size": 4,
@@ -444,9 +542,10 @@ _ROW_OPS_EXAMPLES = (
         "repeat": 3,
         "interleave": True,
     },
-    # Two equal chunks: meta (with a per-sample list) goes whole to each.
+    # Two equal chunks: meta (with a per-sample list) goes whole to each; NaN padding of
+    # the odd rows' log-probs travels with its row.
     {
-        "batch": _spec([1.0, 2.0, 3.0, 4.0]),
+        "batch": _spec([1.0, 2.0, 3.0, 4.0], pad_value=NAN),
         "chunks": 2,
         "uneven_chunks": 3,
         "split_size": 3,
@@ -465,9 +564,10 @@ def _pieces(ctx: Any, what: str, plain: dict, layout: dict, pieces: list, expect
         assert_batch("batch.row_ops", f"{what} piece {p}", exp, layout, _read(ctx, piece))
     rejoined = ctx.call("batch_concat", pieces) if pieces else None
     if rejoined is not None:
-        assert_batch(
-            "batch.row_ops", f"concat of the {what} pieces", plain, layout, _read(ctx, rejoined)
-        )
+        with ctx.check("concat"):
+            assert_batch(
+                "batch.row_ops", f"concat of the {what} pieces", plain, layout, _read(ctx, rejoined)
+            )
 
 
 @clause(
@@ -494,74 +594,104 @@ def _pieces(ctx: Any, what: str, plain: dict, layout: dict, pieces: list, expect
     ),
     strategy=_row_ops_case(),
     examples=_ROW_OPS_EXAMPLES,
+    checks=(
+        "chunk",
+        "chunk_uneven",
+        "split",
+        "select",
+        "repeat",
+        "reorder",
+        "concat",
+        "input_unchanged",
+    ),
+    meets=SPEC_FEATURES,
+    case_features=_batch_features,
 )
 def check_row_ops(ctx: Any, case: dict) -> None:
     spec = case["batch"]
-    plain, layout = _plain(spec), _layout(ctx, spec)
+    layout = _layout(ctx, spec)
+    plain = _rounded(ctx, _plain(spec), layout)
     n = plain["size"]
 
     def unchanged(source: Any, what: str) -> None:
-        assert_batch("batch.row_ops", f"input after {what}", plain, layout, _read(ctx, source))
+        with ctx.check("input_unchanged"):
+            assert_batch("batch.row_ops", f"input after {what}", plain, layout, _read(ctx, source))
 
     k = case["chunks"]
-    source = _make(ctx, plain, layout)
-    expected = [oracle.take_rows(plain, idx) for idx in oracle.chunk_indices(n, k)]
-    _pieces(ctx, f"chunk({k})", plain, layout, ctx.call("batch_chunk", source, k), expected)
-    unchanged(source, f"chunk({k})")
+    with ctx.check("chunk"):
+        source = _make(ctx, plain, layout)
+        expected = [oracle.take_rows(plain, idx) for idx in oracle.chunk_indices(n, k)]
+        _pieces(ctx, f"chunk({k})", plain, layout, ctx.call("batch_chunk", source, k), expected)
+        unchanged(source, f"chunk({k})")
 
     uneven = case["uneven_chunks"]
     if uneven is not None:
-        policy = ctx.profile.get("batch_chunk_uneven", "error")
-        source = _make(ctx, plain, layout)
-        if policy == "error":
-            pieces, raised = _raises(ctx, "batch_chunk", source, uneven)
-            if raised is None:
-                sizes = [len(_read(ctx, p)[0]["non_tensors"]["uid"]) for p in pieces]
-                raise _mismatch(
-                    "batch.row_ops",
-                    f"chunk({uneven}) of {n} rows returned pieces of sizes {sizes}; with "
-                    "batch_chunk_uneven='error' it must raise",
-                    what="chunk",
-                    expected="error",
-                    actual=sizes,
-                )
-        else:
-            indices = oracle.chunk_indices(n, uneven, policy)
-            expected = [oracle.take_rows(plain, idx) for idx in indices]
-            pieces = ctx.call("batch_chunk", source, uneven)
-            _pieces(ctx, f"chunk({uneven})", plain, layout, pieces, expected)
-        unchanged(source, f"chunk({uneven})")
+        with ctx.check("chunk_uneven"):
+            _check_uneven_chunk(ctx, plain, layout, uneven)
 
     size = case["split_size"]
-    source = _make(ctx, plain, layout)
-    expected = [oracle.take_rows(plain, idx) for idx in oracle.split_indices(n, size)]
-    _pieces(ctx, f"split({size})", plain, layout, ctx.call("batch_split", source, size), expected)
-    unchanged(source, f"split({size})")
+    with ctx.check("split"):
+        source = _make(ctx, plain, layout)
+        expected = [oracle.take_rows(plain, idx) for idx in oracle.split_indices(n, size)]
+        pieces = ctx.call("batch_split", source, size)
+        _pieces(ctx, f"split({size})", plain, layout, pieces, expected)
+        unchanged(source, f"split({size})")
 
     indices = list(case["select"])
-    source = _make(ctx, plain, layout)
-    selected = ctx.call("batch_select", source, indices)
-    assert_batch(
-        "batch.row_ops",
-        f"select({indices})",
-        oracle.take_rows(plain, indices),
-        layout,
-        _read(ctx, selected),
-    )
-    unchanged(source, f"select({indices})")
+    with ctx.check("select"):
+        source = _make(ctx, plain, layout)
+        selected = ctx.call("batch_select", source, indices)
+        expected_rows = oracle.take_rows(plain, indices)
+        what = f"select({indices})"
+        assert_batch("batch.row_ops", what, expected_rows, layout, _read(ctx, selected))
+        unchanged(source, what)
 
     times, interleave = case["repeat"], case["interleave"]
-    source = _make(ctx, plain, layout)
-    repeated = ctx.call("batch_repeat", source, times, interleave)
-    expected_rows = oracle.take_rows(plain, oracle.repeat_indices(n, times, interleave))
-    what = f"repeat({times}, interleave={interleave})"
-    assert_batch("batch.row_ops", what, expected_rows, layout, _read(ctx, repeated))
-    unchanged(source, what)
+    with ctx.check("repeat"):
+        source = _make(ctx, plain, layout)
+        repeated = ctx.call("batch_repeat", source, times, interleave)
+        expected_rows = oracle.take_rows(plain, oracle.repeat_indices(n, times, interleave))
+        what = f"repeat({times}, interleave={interleave})"
+        assert_batch("batch.row_ops", what, expected_rows, layout, _read(ctx, repeated))
+        unchanged(source, what)
 
-    order = list(case["reorder"])
+    with ctx.check("reorder"):
+        _check_reorder(ctx, plain, layout, list(case["reorder"]), unchanged)
+
+
+def _check_uneven_chunk(ctx: Any, plain: dict, layout: dict, uneven: int) -> None:
+    """chunk(k) with k not dividing n: an error, or ceil-sized pieces (profile)."""
+    n = plain["size"]
+    policy = ctx.profile.get("batch_chunk_uneven", "error")
     source = _make(ctx, plain, layout)
-    reordered = ctx.call("batch_reorder", source, order)
-    expected_rows = oracle.take_rows(plain, oracle.reorder_indices(n, order))
+    if policy == "error":
+        pieces, raised = _raises(ctx, "batch_chunk", source, uneven)
+        if raised is None:
+            sizes = [len(_read(ctx, p)[0]["non_tensors"]["uid"]) for p in pieces]
+            raise _mismatch(
+                "batch.row_ops",
+                f"chunk({uneven}) of {n} rows returned pieces of sizes {sizes}; with "
+                "batch_chunk_uneven='error' it must raise",
+                what="chunk",
+                expected="error",
+                actual=sizes,
+            )
+    else:
+        indices = oracle.chunk_indices(n, uneven, policy)
+        expected = [oracle.take_rows(plain, idx) for idx in indices]
+        pieces = ctx.call("batch_chunk", source, uneven)
+        _pieces(ctx, f"chunk({uneven})", plain, layout, pieces, expected)
+    with ctx.check("input_unchanged"):
+        what = f"input after chunk({uneven})"
+        assert_batch("batch.row_ops", what, plain, layout, _read(ctx, source))
+
+
+def _check_reorder(ctx: Any, plain: dict, layout: dict, order: list[int], unchanged: Any) -> None:
+    """reorder: a new container, or (profile batch_reorder_in_place) the input reordered."""
+    source = _make(ctx, plain, layout)
+    with _in_place(ctx, "batch_reorder_in_place"):
+        reordered = ctx.call("batch_reorder", source, order)
+    expected_rows = oracle.take_rows(plain, oracle.reorder_indices(plain["size"], order))
     if ctx.profile.get("batch_reorder_in_place", False):
         assert_batch(
             "batch.row_ops",
@@ -586,7 +716,7 @@ def check_row_ops(ctx: Any, case: dict) -> None:
 
 @st.composite
 def _pad_case(draw: Any) -> dict:
-    return {"batch": draw(batch_spec(allow_nan=False)), "divisor": draw(st.integers(1, 8))}
+    return {"batch": draw(batch_spec()), "divisor": draw(st.integers(1, 8))}
 
 
 _PAD_EXAMPLES = (
@@ -615,10 +745,14 @@ _PAD_EXAMPLES = (
     ops=("batch_make", "batch_read", "batch_pad_to_divisor", "batch_unpad", "batch_sample_mean"),
     strategy=_pad_case(),
     examples=_PAD_EXAMPLES,
+    checks=("pad_size", "padded_rows", "input_unchanged", "sample_mean", "unpad"),
+    meets=SPEC_FEATURES,
+    case_features=_batch_features,
 )
 def check_pad_divisor(ctx: Any, case: dict) -> None:
     spec, divisor = case["batch"], case["divisor"]
-    plain, layout = _plain(spec), _layout(ctx, spec)
+    layout = _layout(ctx, spec)
+    plain = _rounded(ctx, _plain(spec), layout)
     indices, pad_size = oracle.pad_indices(plain["size"], divisor)
     source = _make(ctx, plain, layout)
     padded, actual_pad = ctx.call("batch_pad_to_divisor", source, divisor)
@@ -627,25 +761,27 @@ def check_pad_divisor(ctx: Any, case: dict) -> None:
         f"pad_size for {plain['size']} rows and divisor {divisor}",
         pad_size,
         int(actual_pad),
+        check="pad_size",
     )
     what = f"pad_to_divisor({divisor}) (pad row j repeats row j % n from the head)"
-    assert_batch(
-        "batch.pad_divisor", what, oracle.take_rows(plain, indices), layout, _read(ctx, padded)
-    )
-    assert_batch(
-        "batch.pad_divisor", "input after pad_to_divisor", plain, layout, _read(ctx, source)
-    )
+    with ctx.check("padded_rows"):
+        expected_rows = oracle.take_rows(plain, indices)
+        assert_batch("batch.pad_divisor", what, expected_rows, layout, _read(ctx, padded))
+    with ctx.check("input_unchanged"):
+        what = "input after pad_to_divisor"
+        assert_batch("batch.pad_divisor", what, plain, layout, _read(ctx, source))
 
     scores = plain["tensors"]["score"]
     mean = ctx.call("batch_sample_mean", padded, "score", pad_size)
-    assert_scalar_close(
-        "batch.pad_divisor",
-        f"mean of 'score' over the real rows of the padded batch (pad_size {pad_size})",
-        oracle.sample_mean_excluding_pad([scores[i] for i in indices], pad_size),
-        float(mean),
-        tolerance=ctx.tolerance,
-        scale=max((abs(s) for s in scores), default=0.0),
-    )
+    with ctx.check("sample_mean"):
+        assert_scalar_close(
+            "batch.pad_divisor",
+            f"mean of 'score' over the real rows of the padded batch (pad_size {pad_size})",
+            oracle.sample_mean_excluding_pad([scores[i] for i in indices], pad_size),
+            float(mean),
+            tolerance=ctx.tolerance,
+            scale=max((abs(s) for s in scores), default=0.0),
+        )
 
     restored = ctx.call("batch_unpad", padded, pad_size)
     assert_batch(
@@ -654,6 +790,7 @@ def check_pad_divisor(ctx: Any, case: dict) -> None:
         plain,
         layout,
         _read(ctx, restored),
+        check="unpad",
     )
 
 
@@ -668,7 +805,12 @@ def _balance_case(draw: Any) -> dict:
         n = k * draw(st.integers(1, max(1, 8 // k)))
     else:
         n = draw(st.integers(k, 8))
-    length = st.integers(0, 8) | st.integers(0, 131_072) | st.sampled_from([0, 60_000, 131_072])
+    shortest = 0 if allows("edge") else 1
+    length = (
+        st.integers(shortest, 8)
+        | st.integers(shortest, 131_072)
+        | st.sampled_from([shortest, 60_000, 131_072])
+    )
     return {
         "seqlens": draw(st.lists(length, min_size=n, max_size=n)),
         "k": k,
@@ -706,12 +848,21 @@ _BALANCE_EXAMPLES = (
     ops=("seqlen_workload", "seqlen_partitions"),
     strategy=_balance_case(),
     examples=_BALANCE_EXAMPLES,
+    checks=("workload_count", "workload", "partition", "balance"),
+    meets=("empty_response",),
+    case_features=lambda case: {"empty_response"} if 0 in case["seqlens"] else set(),
 )
 def check_seqlen_balance(ctx: Any, case: dict) -> None:
     seqlens, k, equal_size = list(case["seqlens"]), case["k"], case["equal_size"]
     work = ctx.call("seqlen_workload", torch.tensor(seqlens, dtype=torch.int64, device=ctx.device))
     observed = work.detach().cpu().tolist() if isinstance(work, torch.Tensor) else list(work)
-    assert_equal("batch.seqlen_balance", "number of workloads", len(seqlens), len(observed))
+    assert_equal(
+        "batch.seqlen_balance",
+        "number of workloads",
+        len(seqlens),
+        len(observed),
+        check="workload_count",
+    )
     for i, (length, value) in enumerate(zip(seqlens, observed, strict=True)):
         expected = oracle.workload(length)
         if value != expected:
@@ -719,6 +870,7 @@ def check_seqlen_balance(ctx: Any, case: dict) -> None:
                 "batch.seqlen_balance",
                 f"workload of sample {i} (L={length}): expected "
                 f"24576*L + L^2 = {expected}, actual {value!r}",
+                "workload",
                 what="workload",
                 uid=i,
                 expected=expected,
@@ -733,6 +885,7 @@ def check_seqlen_balance(ctx: Any, case: dict) -> None:
         raise _mismatch(
             "batch.seqlen_balance",
             f"partitions {partitions}: {str(error).split('] ', 1)[-1]}",
+            "partition",
             what="partitions",
             expected=f"a partition of range({len(seqlens)})",
             actual=partitions,
@@ -745,6 +898,7 @@ def check_seqlen_balance(ctx: Any, case: dict) -> None:
             "batch.seqlen_balance",
             f"partitions {partitions} have max workload {balanced}, worse than {baseline} of "
             f"the input order's contiguous parts {reference}",
+            "balance",
             what="max partition workload",
             expected=f"<= {baseline}",
             actual=balanced,

@@ -8,9 +8,16 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from rlconform.conformance.clauses.schema import rollout_samples, uids
+from rlconform.conformance import strategies as cs
+from rlconform.conformance.clauses.schema import (
+    rollout_features,
+    rollout_samples,
+    separate_equal_rewards,
+    uids,
+)
 from rlconform.conformance.compare import assert_equal, assert_rows_close, assert_scalar_close
-from rlconform.conformance.errors import ClauseMismatch
+from rlconform.conformance.errors import ClauseMismatch, ContractError
+from rlconform.conformance.features import allows
 from rlconform.conformance.registry import clause
 from rlconform.conformance.snapshot import first_difference, freeze
 from rlconform.oracle import filter as oracle
@@ -32,13 +39,56 @@ def filter_config(draw: Any) -> dict[str, Any]:
     return {key: draw(value) for key, value in choices.items() if draw(st.booleans())}
 
 
+def _all_rejected(samples: list[dict[str, Any]], config: dict[str, Any]) -> bool:
+    """The filter (contract reward key) drops every sample of a non-empty batch."""
+    try:
+        kept = oracle.filter_samples(copy.deepcopy(samples), dict(config))["kept"]
+    except ContractError:
+        return False
+    return bool(samples) and not kept
+
+
 @st.composite
 def _filter_case(draw: Any) -> dict[str, Any]:
+    """Rollout samples and a config; below edge some sample survives the filter: when every
+    one is dropped, the first sample is made clean and the config reset to the defaults."""
+    samples = draw(rollout_samples())
+    config = draw(filter_config())
+    if not allows("edge") and _all_rejected(samples, config):
+        config = {}
+        first = samples[0]
+        length = len(first["response_ids"])
+        first["rollout_logprobs"] = [-0.5] * length
+        first["loss_mask"] = (first["loss_mask"] + [1] * length)[:length]
+        first["status"] = "completed"
+        first["reward"] = draw(cs.finite(-3, 3))
+        separate_equal_rewards(samples)
     return {
-        "samples": draw(rollout_samples()),
-        "config": draw(filter_config()),
+        "samples": samples,
+        "config": config,
         "scope": draw(st.sampled_from(["batch", "group"])),
     }
+
+
+FILTER_FEATURES = (
+    "no_samples",
+    "empty_response",
+    "truncated_sample",
+    "singleton_group",
+    "unequal_groups",
+    "equal_scores",
+    "all_rejected",
+    "padding_nonfinite",
+)
+
+
+def filter_features(case: dict[str, Any]) -> frozenset[str]:
+    """The samples' features (schema.rollout_features), and all_rejected when the filter
+    drops every sample."""
+    found = rollout_features(case["samples"], FILTER_FEATURES)
+    if _all_rejected(case["samples"], case["config"]):
+        found |= {"all_rejected"}
+    return found
 
 
 def _sample(uid: Any, group: str = "g0", **fields: Any) -> dict[str, Any]:
@@ -129,14 +179,16 @@ _FILTER_EXAMPLES = (
         "config": {"alert_threshold": 0.5},
         "scope": "batch",
     },
-    # Rate exactly at the threshold: 3 of 10 = 0.3 is not > 0.30 (a float32 rate is).
+    # Rate exactly at the threshold: 3 of 10 = 0.3 is not > 0.30 (a float32 rate is); an
+    # ordinary batch (groups of two, distinct rewards).
     {
         "samples": [
             _sample(
                 f"s{i}",
-                f"g{i}",
+                f"g{i // 2}",
                 status="aborted" if i < 3 else "completed",
                 response_ids=[i, i + 1],
+                reward=float(i),
             )
             for i in range(10)
         ],
@@ -188,19 +240,25 @@ def _fate(output: dict[str, Any], uid: Any) -> Any:
     ops=("filter_samples",),
     strategy=_filter_case(),
     examples=_FILTER_EXAMPLES,
+    checks=("reason", "unknown_uids"),
+    meets=FILTER_FEATURES,
+    case_features=filter_features,
 )
 def check_reasons(ctx: Any, case: dict[str, Any]) -> None:
     expected, actual = _run_filter(ctx, case)
     for uid in uids(case["samples"]):
         want, got = _fate(expected, uid), _fate(actual, uid)
         if want != got:
-            raise ClauseMismatch(
-                f"[filter.reasons] sample uid={uid!r}: expected {want!r}, actual {got!r} "
-                f"(config {case['config']!r})",
-                detail={"what": "reason", "uid": uid, "expected": want, "actual": got},
-            )
+            with ctx.check("reason"):
+                raise ClauseMismatch(
+                    f"[filter.reasons] sample uid={uid!r}: expected {want!r}, actual {got!r} "
+                    f"(config {case['config']!r})",
+                    detail={"what": "reason", "uid": uid, "expected": want, "actual": got},
+                )
     extra = set(actual["dropped"]) - set(expected["dropped"]) - set(uids(case["samples"]))
-    assert_equal("filter.reasons", "reasons for uids not in the input", set(), extra)
+    assert_equal(
+        "filter.reasons", "reasons for uids not in the input", set(), extra, check="unknown_uids"
+    )
 
 
 @clause(
@@ -214,29 +272,36 @@ def check_reasons(ctx: Any, case: dict[str, Any]) -> None:
     ops=("filter_samples",),
     strategy=_filter_case(),
     examples=_FILTER_EXAMPLES,
+    checks=("counts", "sample_counts", "token_counts", "filter_rate", "alert"),
+    meets=FILTER_FEATURES,
+    case_features=filter_features,
 )
 def check_stats(ctx: Any, case: dict[str, Any]) -> None:
     expected, actual = _run_filter(ctx, case)
     want, got = expected["stats"], actual["stats"]
-    assert_equal("filter.stats", "counts per reason", want["counts"], dict(got.get("counts", {})))
-    for key in (
-        "generated",
-        "kept",
-        "dropped",
-        "generated_tokens",
-        "kept_tokens",
-        "discarded_tokens",
-    ):
-        assert_equal("filter.stats", key, want[key], got.get(key))
-    assert_scalar_close(
-        "filter.stats",
-        "filter_rate",
-        want["filter_rate"],
-        got.get("filter_rate", math.nan),
-        tolerance=ctx.tolerance,
-    )
+    with ctx.check("counts"):
+        counts = dict(got.get("counts", {}))
+        assert_equal("filter.stats", "counts per reason", want["counts"], counts)
+    for key in ("generated", "kept", "dropped"):
+        with ctx.check("sample_counts"):
+            assert_equal("filter.stats", key, want[key], got.get(key))
+    for key in ("generated_tokens", "kept_tokens", "discarded_tokens"):
+        with ctx.check("token_counts"):
+            assert_equal("filter.stats", key, want[key], got.get(key))
+    with ctx.check("filter_rate"):
+        assert_scalar_close(
+            "filter.stats",
+            "filter_rate",
+            want["filter_rate"],
+            got.get("filter_rate", math.nan),
+            tolerance=ctx.tolerance,
+        )
     assert_equal(
-        "filter.stats", "alert (filter_rate > alert_threshold)", want["alert"], got.get("alert")
+        "filter.stats",
+        "alert (filter_rate > alert_threshold)",
+        want["alert"],
+        got.get("alert"),
+        check="alert",
     )
 
 
@@ -248,20 +313,30 @@ def check_stats(ctx: Any, case: dict[str, Any]) -> None:
     ops=("filter_samples",),
     strategy=_filter_case(),
     examples=_FILTER_EXAMPLES,
+    checks=("kept_order", "kept_unchanged"),
+    meets=FILTER_FEATURES,
+    case_features=filter_features,
 )
 def check_order(ctx: Any, case: dict[str, Any]) -> None:
     expected, actual = _run_filter(ctx, case)
     kept = [s.get("uid") for s in actual["kept"]]
-    assert_equal("filter.order", "uids of the kept samples, in order", uids(expected["kept"]), kept)
+    assert_equal(
+        "filter.order",
+        "uids of the kept samples, in order",
+        uids(expected["kept"]),
+        kept,
+        check="kept_order",
+    )
     for want, got in zip(expected["kept"], actual["kept"]):
         found = first_difference(freeze(want), freeze(got))
         if found is not None:
             path, e, a = found
-            raise ClauseMismatch(
-                f"[filter.order] kept sample uid={want['uid']!r} changed at {list(path)}: "
-                f"expected {e!r}, actual {a!r}",
-                detail={"what": "kept sample", "uid": want["uid"], "expected": e, "actual": a},
-            )
+            with ctx.check("kept_unchanged"):
+                raise ClauseMismatch(
+                    f"[filter.order] kept sample uid={want['uid']!r} changed at {list(path)}: "
+                    f"expected {e!r}, actual {a!r}",
+                    detail={"what": "kept sample", "uid": want["uid"], "expected": e, "actual": a},
+                )
 
 
 def _junk(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -311,6 +386,9 @@ def _conditioning(kept: list[dict[str, Any]], scope: str, reward_key: str) -> di
     ops=("normalize_kept_rewards",),
     strategy=_filter_case(),
     examples=_FILTER_EXAMPLES,
+    checks=("uids", "values", "dropped_ignored"),
+    meets=FILTER_FEATURES,
+    case_features=filter_features,
 )
 def check_before_normalize(ctx: Any, case: dict[str, Any]) -> None:
     samples, config, scope = case["samples"], case["config"], case["scope"]
@@ -322,21 +400,27 @@ def check_before_normalize(ctx: Any, case: dict[str, Any]) -> None:
         "kept"
     ]
     scale = _conditioning(kept, scope, reward_key)
-    for what, batch in (
-        ("kept samples", samples),
-        ("kept samples, dropped ones interleaved", _junk(samples)),
+    ids = list(expected)
+    for what, batch, checks in (
+        ("kept samples", samples, ("uids", "values")),
+        ("kept samples, dropped ones interleaved", _junk(samples), ("dropped_ignored",) * 2),
     ):
         actual = ctx.call("normalize_kept_rewards", copy.deepcopy(batch), dict(config), scope=scope)
-        assert_equal(
-            "filter.before_normalize", f"normalised uids ({what})", list(expected), list(actual)
-        )
-        ids = list(expected)
-        assert_rows_close(
-            "filter.before_normalize",
-            f"normalised rewards over {what} (scope {scope})",
-            [[expected[u]] for u in ids],
-            [[actual[u]] for u in ids],
-            uids=ids,
-            tolerance=ctx.tolerance,
-            scale=[[scale[u]] for u in ids],
-        )
+        with ctx.check(checks[0]):
+            assert_equal(
+                "filter.before_normalize",
+                f"normalised uids ({what})",
+                ids,
+                list(actual),
+                check=checks[0],
+            )
+            assert_rows_close(
+                "filter.before_normalize",
+                f"normalised rewards over {what} (scope {scope})",
+                [[expected[u]] for u in ids],
+                [[actual[u]] for u in ids],
+                uids=ids,
+                tolerance=ctx.tolerance,
+                scale=[[scale[u]] for u in ids],
+                check=checks[1],
+            )

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.compare import assert_equal, assert_rows_equal
 from rlconform.conformance.errors import ClauseMismatch
+from rlconform.conformance.features import allows, generic_features, pad_value_features
 from rlconform.conformance.harness import to_float_list
 from rlconform.conformance.registry import clause
 from rlconform.oracle import layout as oracle
@@ -97,7 +98,7 @@ _EXAMPLES = (
 @st.composite
 def _sample(draw: Any, index: int) -> dict[str, Any]:
     ids = st.integers(0, 7)
-    length = draw(st.integers(0, MAX_RESPONSE))
+    length = draw(cs.lengths(MAX_RESPONSE))
     return {
         "uid": f"s{index}",
         "prompt": draw(st.lists(ids, max_size=MAX_PROMPT)),
@@ -109,12 +110,17 @@ def _sample(draw: Any, index: int) -> dict[str, Any]:
 
 @st.composite
 def _layout_case(draw: Any) -> dict[str, Any]:
-    n = draw(st.integers(0, 4))
+    """Ragged samples (P_i = 0 possible), pad-id collisions and garbage padding; (edge) no
+    samples and L_i = 0; (hardening) a zero-width prompt or response tensor, NaN/inf padding."""
+    samples = [draw(_sample(i)) for i in range(draw(st.integers(cs.fewest_samples(0), 4)))]
+    wide = 0 if allows("hardening") or not samples else 1
+    prompt_fewest = wide if max((len(s["prompt"]) for s in samples), default=0) == 0 else 0
+    response_fewest = wide if max((len(s["response"]) for s in samples), default=0) == 0 else 0
     return {
-        "samples": [draw(_sample(i)) for i in range(n)],
+        "samples": samples,
         "pad_token_id": draw(st.integers(0, 7)),
-        "extra_prompt_pad": draw(st.integers(0, 2)),
-        "extra_response_pad": draw(st.integers(0, 2)),
+        "extra_prompt_pad": draw(st.integers(prompt_fewest, 2)),
+        "extra_response_pad": draw(st.integers(response_fewest, 2)),
         "pad_value": draw(cs.pad_values()),
         "extra_tail": draw(st.integers(0, 2)),
     }
@@ -127,6 +133,43 @@ def _widths(case: dict[str, Any]) -> tuple[int, int]:
         max((len(s["response"]) for s in samples), default=0) + case["extra_response_pad"]
     )
     return prompt_width, response_width
+
+
+def _ragged_features(case: dict[str, Any]) -> set[str]:
+    """no_samples and empty_response (the walker reads them off the loss masks)."""
+    return set(generic_features(case) & {"no_samples", "empty_response"})
+
+
+def _pad_features(case: dict[str, Any]) -> set[str]:
+    """A padded width larger than the longest response; a zero-width prompt or response."""
+    found = _ragged_features(case)
+    if not case["samples"]:
+        return found
+    prompt_width, response_width = _widths(case)
+    if 0 in (prompt_width, response_width):
+        found.add("zero_width")
+    if case["extra_response_pad"] > 0 and response_width > 0:
+        found.add("extra_padding")
+    return found
+
+
+def _pack_features(case: dict[str, Any]) -> set[str]:
+    """A packed row of no token."""
+    found = _ragged_features(case)
+    if case["samples"] and not any(s["prompt"] or s["response"] for s in case["samples"]):
+        found.add("zero_width")
+    return found
+
+
+def _roundtrip_features(case: dict[str, Any]) -> set[str]:
+    """Both, and the pad value the harness writes into the padding of the per-token fields
+    (and after the packed tokens)."""
+    found = _pad_features(case) | _pack_features(case)
+    _, response_width = _widths(case)
+    padded = any(len(s["response"]) < response_width for s in case["samples"])
+    if case["samples"] and (padded or case["extra_tail"]):
+        found |= pad_value_features(case["pad_value"])
+    return found
 
 
 def _rows(ctx: Any, rows: Sequence[Sequence[Any]], dtype: torch.dtype) -> list[torch.Tensor]:
@@ -160,6 +203,7 @@ def _get(clause_id: str, container: Mapping[str, Any], key: str) -> Any:
         raise ClauseMismatch(
             f"[{clause_id}] the output has no {key!r} entry",
             detail={"what": key, "expected": "present", "actual": "missing"},
+            check="keys",
         ) from None
 
 
@@ -170,6 +214,17 @@ def _as_list(values: Any) -> list[Any]:
 # ---------------------------------------------------------------------------------------
 # layout.pad
 # ---------------------------------------------------------------------------------------
+
+
+# The check of each padded key: which part of the layout it shows.
+_PAD_CHECKS = {
+    "prompts": "token_ids",
+    "responses": "token_ids",
+    "input_ids": "token_ids",
+    "attention_mask": "attention_mask",
+    "response_mask": "response_mask",
+    **{name: "response_fields" for name in FIELDS},
+}
 
 
 @clause(
@@ -183,6 +238,17 @@ def _as_list(values: Any) -> list[Any]:
     ops=("pad_batch",),
     strategy=_layout_case(),
     examples=_EXAMPLES,
+    checks=(
+        "keys",
+        "shape",
+        "token_ids",
+        "attention_mask",
+        "response_mask",
+        "response_fields",
+        "position_ids",
+    ),
+    meets=("no_samples", "empty_response", "extra_padding", "zero_width"),
+    case_features=_pad_features,
 )
 def check_pad(ctx: Any, case: dict[str, Any]) -> None:
     samples = case["samples"]
@@ -216,13 +282,19 @@ def check_pad(ctx: Any, case: dict[str, Any]) -> None:
     }
     for key, width in exact.items():
         actual = _get("layout.pad", batch, key)
-        assert_equal("layout.pad", f"{key} shape", (len(samples), width), tuple(actual.shape))
-        assert_rows_equal(
-            "layout.pad", f"{key} (padded column)", expected[key], _as_list(actual), uids=uids
-        )
+        shape = tuple(getattr(actual, "shape", ()))
+        assert_equal("layout.pad", f"{key} shape", (len(samples), width), shape, check="shape")
+        with ctx.check(_PAD_CHECKS[key]):
+            assert_rows_equal(
+                "layout.pad", f"{key} (padded column)", expected[key], _as_list(actual), uids=uids
+            )
     positions = _get("layout.pad", batch, "position_ids")
     assert_equal(
-        "layout.pad", "position_ids shape", (len(samples), full_width), tuple(positions.shape)
+        "layout.pad",
+        "position_ids shape",
+        (len(samples), full_width),
+        tuple(getattr(positions, "shape", ())),
+        check="shape",
     )
     real_columns = [[c for c, a in enumerate(row) if a] for row in expected["attention_mask"]]
     assert_rows_equal(
@@ -234,6 +306,7 @@ def check_pad(ctx: Any, case: dict[str, Any]) -> None:
             for row, cols in zip(_as_list(positions), real_columns, strict=True)
         ],
         uids=uids,
+        check="position_ids",
     )
 
 
@@ -258,6 +331,7 @@ def _require_packed_length(key: str, flat: Sequence[Any], total: int) -> None:
         raise ClauseMismatch(
             f"[layout.pack] {key} holds {len(flat)} packed tokens, cu_seqlens covers {total}",
             detail={"what": key, "expected": total, "actual": len(flat)},
+            check="packed_length",
         )
 
 
@@ -282,6 +356,7 @@ def _check_no_cross_attention(
                     f"[layout.pack] segment_ids: packed token {n} of sample uid={uids[i]!r} has "
                     f"segment {label!r}, which does not separate it from the other samples",
                     detail={"what": "segment_ids", "uid": uids[i], "token": n, "actual": label},
+                    check="no_cross_attention",
                 )
     dense = packed.get("attention_mask") if isinstance(packed, Mapping) else None
     total = len(owner)
@@ -304,6 +379,7 @@ def _check_no_cross_attention(
                             "token": n,
                             "actual": m,
                         },
+                        check="no_cross_attention",
                     )
 
 
@@ -318,6 +394,16 @@ def _check_no_cross_attention(
     ops=("pack_batch",),
     strategy=_layout_case(),
     examples=_EXAMPLES,
+    checks=(
+        "keys",
+        "cu_seqlens",
+        "packed_length",
+        "packed_fields",
+        "position_ids",
+        "no_cross_attention",
+    ),
+    meets=("no_samples", "empty_response", "zero_width"),
+    case_features=_pack_features,
 )
 def check_pack(ctx: Any, case: dict[str, Any]) -> None:
     uids = [s["uid"] for s in case["samples"]]
@@ -329,17 +415,20 @@ def check_pack(ctx: Any, case: dict[str, Any]) -> None:
         fields=_tensor_fields(ctx, _sequence_fields(case)),
     )
     cu_seqlens = [int(v) for v in _as_list(_get("layout.pack", packed, "cu_seqlens").reshape(-1))]
-    assert_equal("layout.pack", "cu_seqlens", expected["cu_seqlens"], cu_seqlens)
+    assert_equal(
+        "layout.pack", "cu_seqlens", expected["cu_seqlens"], cu_seqlens, check="cu_seqlens"
+    )
     for key in ("input_ids", "position_ids", *FIELDS):
         flat = _as_list(_get("layout.pack", packed, key).reshape(-1))
         _require_packed_length(key, flat, len(expected[key]))
-        assert_rows_equal(
-            "layout.pack",
-            f"{key} (token index within the sample)",
-            _per_sample(expected[key], expected["cu_seqlens"]),
-            _per_sample(flat, expected["cu_seqlens"]),
-            uids=uids,
-        )
+        with ctx.check("position_ids" if key == "position_ids" else "packed_fields"):
+            assert_rows_equal(
+                "layout.pack",
+                f"{key} (token index within the sample)",
+                _per_sample(expected[key], expected["cu_seqlens"]),
+                _per_sample(flat, expected["cu_seqlens"]),
+                uids=uids,
+            )
     _check_no_cross_attention(packed, expected["cu_seqlens"], uids)
 
 
@@ -349,12 +438,19 @@ def check_pack(ctx: Any, case: dict[str, Any]) -> None:
 
 
 def _compare_ragged(
-    what: str, expected: dict[str, list[list[Any]]], actual: Mapping[str, Any], uids: list[Any]
+    ctx: Any,
+    check: str,
+    what: str,
+    expected: dict[str, list[list[Any]]],
+    actual: Mapping[str, Any],
+    uids: list[Any],
 ) -> None:
+    """Every ragged field back as it was (check ``check``; a missing key is ``keys``)."""
     for key, rows in expected.items():
         got = _get("layout.roundtrip", actual, key)
         got_rows = [_as_list(row) for row in got]
-        assert_rows_equal("layout.roundtrip", f"{what}: {key}", rows, got_rows, uids=uids)
+        with ctx.check(check):
+            assert_rows_equal("layout.roundtrip", f"{what}: {key}", rows, got_rows, uids=uids)
 
 
 def _harness_padded(ctx: Any, case: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -419,6 +515,17 @@ def _harness_packed(ctx: Any, case: dict[str, Any]) -> dict[str, torch.Tensor]:
     ops=("pad_batch", "unpad_batch", "pack_batch", "unpack_batch"),
     strategy=_layout_case(),
     examples=_EXAMPLES,
+    checks=("keys", "pad_roundtrip", "garbage_padding", "pack_roundtrip", "tail_padding"),
+    meets=(
+        "no_samples",
+        "empty_response",
+        "extra_padding",
+        "padding_finite",
+        "padding_nonfinite",
+        "overflow",
+        "zero_width",
+    ),
+    case_features=_roundtrip_features,
 )
 def check_roundtrip(ctx: Any, case: dict[str, Any]) -> None:
     samples = case["samples"]
@@ -440,9 +547,10 @@ def check_roundtrip(ctx: Any, case: dict[str, Any]) -> None:
         response_fields=_tensor_fields(ctx, _response_fields(case)),
     )
     back = ctx.call("unpad_batch", batch, response_fields=FIELDS)
-    _compare_ragged("pad_batch -> unpad_batch", ragged, back, uids)
+    _compare_ragged(ctx, "pad_roundtrip", "pad_batch -> unpad_batch", ragged, back, uids)
     back = ctx.call("unpad_batch", _harness_padded(ctx, case), response_fields=FIELDS)
-    _compare_ragged("harness-padded (garbage padding) -> unpad_batch", ragged, back, uids)
+    what = "harness-padded (garbage padding) -> unpad_batch"
+    _compare_ragged(ctx, "garbage_padding", what, ragged, back, uids)
 
     sequences = _sequences(case)
     sequence_ragged = {"input_ids": sequences, **_sequence_fields(case)}
@@ -452,6 +560,8 @@ def check_roundtrip(ctx: Any, case: dict[str, Any]) -> None:
         fields=_tensor_fields(ctx, _sequence_fields(case)),
     )
     back = ctx.call("unpack_batch", packed, fields=FIELDS)
-    _compare_ragged("pack_batch -> unpack_batch", sequence_ragged, back, uids)
+    what = "pack_batch -> unpack_batch"
+    _compare_ragged(ctx, "pack_roundtrip", what, sequence_ragged, back, uids)
     back = ctx.call("unpack_batch", _harness_packed(ctx, case), fields=FIELDS)
-    _compare_ragged("harness-packed (tail padding) -> unpack_batch", sequence_ragged, back, uids)
+    what = "harness-packed (tail padding) -> unpack_batch"
+    _compare_ragged(ctx, "tail_padding", what, sequence_ragged, back, uids)

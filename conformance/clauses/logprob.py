@@ -17,11 +17,11 @@ import math
 from typing import Any
 
 import torch
-from hypothesis import assume
 from hypothesis import strategies as st
 
 from rlconform.conformance import strategies as cs
-from rlconform.conformance.compare import assert_rows_close, assert_scalar_close
+from rlconform.conformance.compare import assert_equal, assert_rows_close, assert_scalar_close
+from rlconform.conformance.features import allows, pad_value_features
 from rlconform.conformance.harness import (
     assert_padding_zero,
     pad_left,
@@ -40,10 +40,31 @@ LN = math.log
 # within a row, so top-k never meets a tie unless a pinned example asks for one.
 _GRID = [i / 4 for i in range(-16, 17)]
 _TEMPERATURES = (1.0, 0.5, 0.7, 1.5, 2.0)
-# Generated top-p thresholds stay this far from every cumulative mass: at the exact boundary
-# membership is decided by rounding (vLLM/HF drop a token whose preceding mass equals top_p,
-# SGLang keeps it), which no tolerance can arbitrate.
+_TOP_PS = (0.3, 0.5, 0.7, 0.9)
+# Generated top-p thresholds stay this far from every cumulative mass: exact ties (the mass
+# before a token equals top_p) are outside the contract, since membership is then decided
+# by rounding (vLLM/HF drop such a token, SGLang keeps it), which no tolerance can arbitrate.
 _TOP_P_MARGIN = 1e-3
+
+# The features of the logits clauses (the walker reads samples with ``tokens`` or ``mask``,
+# logits rows as per-token values, ``pad_value`` / ``extra_pad`` and sampling parameters).
+LOGITS_FEATURES = (
+    "empty_response",
+    "empty_batch",
+    "extra_padding",
+    "sampling_truncation",
+    "padding_finite",
+    "padding_nonfinite",
+    "overflow",
+    "zero_width",
+)
+
+
+def _extra_pad(draw: Any, lengths: list[int]) -> int:
+    """Extra right padding: 0-2 columns, at least 1 below hardening when every response is
+    empty (a zero-width tensor is a hardening input)."""
+    fewest = 1 if not allows("hardening") and max(lengths, default=0) == 0 else 0
+    return draw(st.integers(fewest, 2))
 
 
 def _logits_tensor(
@@ -74,9 +95,14 @@ def _check_token_rows(
     lengths: list[int],
     uids: list[Any],
     scale: list[list[float]],
+    width: int,
 ) -> None:
-    """A (B, T) per-token output: padding exactly 0, valid positions close to expected."""
-    assert_padding_zero(clause_id, what, actual, lengths, uids)
+    """A (B, T) per-token output: its shape, padding exactly 0 (check ``padding_zero``),
+    valid positions close to expected (check ``logprobs``)."""
+    shape = tuple(getattr(actual, "shape", ()))
+    assert_equal(clause_id, f"{what} shape", (len(lengths), width), shape, check="shape")
+    with ctx.check("padding_zero"):
+        assert_padding_zero(clause_id, what, actual, lengths, uids)
     assert_rows_close(
         clause_id,
         what,
@@ -85,7 +111,11 @@ def _check_token_rows(
         uids=uids,
         tolerance=ctx.tolerance,
         scale=scale,
+        check="logprobs",
     )
+
+
+TOKEN_ROW_CHECKS = ("shape", "padding_zero", "logprobs")
 
 
 # ---------------------------------------------------------------------------------------
@@ -94,11 +124,14 @@ def _check_token_rows(
 
 @st.composite
 def _alignment_case(draw: Any) -> dict[str, Any]:
+    """Full sequences with logits for every real position; (edge) L_i = 0; padding logits
+    rows hold the pad value (hardening: NaN, inf or huge)."""
     vocab = draw(st.integers(2, 5))
     samples = []
     for i in range(draw(st.integers(1, 4))):
         prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=3))
-        response = draw(st.lists(st.integers(0, vocab - 1), min_size=0, max_size=cs.MAX_LEN))
+        length = draw(cs.lengths())
+        response = draw(st.lists(st.integers(0, vocab - 1), min_size=length, max_size=length))
         logits = draw(
             st.lists(
                 st.lists(cs.finite(-8, 8), min_size=vocab, max_size=vocab),
@@ -113,9 +146,19 @@ def _alignment_case(draw: Any) -> dict[str, Any]:
         "samples": samples,
         "pad_value": draw(cs.pad_values()),
         "pad_token": draw(st.integers(0, vocab - 1)),
-        "extra_pad": draw(st.integers(0, 2)),
+        "extra_pad": _extra_pad(draw, [len(s["response"]) for s in samples]),
         "extra_prompt_pad": draw(st.integers(0, 1)),
     }
+
+
+def _alignment_features(case: dict[str, Any]) -> set[str]:
+    """The pad value sits in every logits row that is not a real position: prompt padding
+    (left) and response padding (right)."""
+    samples = case["samples"]
+    prompt_width = max(len(s["prompt"]) for s in samples) + case["extra_prompt_pad"]
+    width = max(len(s["response"]) for s in samples) + case["extra_pad"]
+    padded = any(len(s["prompt"]) < prompt_width or len(s["response"]) < width for s in samples)
+    return pad_value_features(case["pad_value"]) if padded else set()
 
 
 _ALIGNMENT_EXAMPLES = (
@@ -195,6 +238,9 @@ _ALIGNMENT_EXAMPLES = (
     ops=("response_logprobs",),
     strategy=_alignment_case(),
     examples=_ALIGNMENT_EXAMPLES,
+    checks=TOKEN_ROW_CHECKS,
+    meets=LOGITS_FEATURES,
+    case_features=_alignment_features,
 )
 def check_alignment(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``response_logprobs(logits (B,S,V), input_ids (B,S), attention_mask (B,S),
@@ -247,7 +293,15 @@ def check_alignment(ctx: Any, case: dict[str, Any]) -> None:
         "response_logprobs", logits, input_ids, attention_mask, width, temperature=temperature
     )
     _check_token_rows(
-        ctx, "logprob.alignment", "response log-probs", expected, actual, lengths, uids, scale
+        ctx,
+        "logprob.alignment",
+        "response log-probs",
+        expected,
+        actual,
+        lengths,
+        uids,
+        scale,
+        width,
     )
 
 
@@ -267,23 +321,36 @@ def _top_p_margin(row: list[float], temperature: float, top_k: int, top_p: float
 
 @st.composite
 def _sampling_case(draw: Any) -> dict[str, Any]:
+    """Distinct grid logits, temperature, top-k and a top-p chosen clear of every row's
+    cumulative masses (exact ties are out of contract); the sampled token is drawn from the
+    support. (edge) L_i = 0; padding rows hold the pad value."""
     vocab = draw(st.integers(2, 5))
     temperature = draw(st.sampled_from(_TEMPERATURES))
     top_k = draw(st.sampled_from([-1, 1, 2, 3]))
-    top_p = draw(st.sampled_from([1.0, 0.3, 0.5, 0.7, 0.9]))
+    rows_per_sample = [
+        [
+            draw(st.lists(st.sampled_from(_GRID), min_size=vocab, max_size=vocab, unique=True))
+            for _ in range(draw(cs.lengths(max_len=4)))
+        ]
+        for _ in range(draw(st.integers(1, 4)))
+    ]
+    rows = [row for sample_rows in rows_per_sample for row in sample_rows]
+    clear = [
+        p
+        for p in _TOP_PS
+        if all(_top_p_margin(row, temperature, top_k, p) >= _TOP_P_MARGIN for row in rows)
+    ]
+    top_p = draw(st.sampled_from([1.0, *clear]))
     samples = []
-    for i in range(draw(st.integers(1, 4))):
-        logits, tokens = [], []
-        for _ in range(draw(cs.lengths(max_len=4))):
-            row = draw(
-                st.lists(st.sampled_from(_GRID), min_size=vocab, max_size=vocab, unique=True)
+    for i, logits in enumerate(rows_per_sample):
+        tokens = [
+            draw(
+                st.sampled_from(
+                    oracle.sampling_support(row, temperature=temperature, top_k=top_k, top_p=top_p)
+                )
             )
-            assume(_top_p_margin(row, temperature, top_k, top_p) >= _TOP_P_MARGIN)
-            support = oracle.sampling_support(
-                row, temperature=temperature, top_k=top_k, top_p=top_p
-            )
-            logits.append(row)
-            tokens.append(draw(st.sampled_from(support)))
+            for row in logits
+        ]
         samples.append({"uid": f"s{i}", "logits": logits, "tokens": tokens})
     return {
         "vocab": vocab,
@@ -292,7 +359,7 @@ def _sampling_case(draw: Any) -> dict[str, Any]:
         "top_p": top_p,
         "samples": samples,
         "pad_value": draw(cs.pad_values()),
-        "extra_pad": draw(st.integers(0, 2)),
+        "extra_pad": _extra_pad(draw, [len(s["tokens"]) for s in samples]),
     }
 
 
@@ -377,12 +444,15 @@ _SAMPLING_EXAMPLES = (
     "logprob.sampling_distribution",
     title="Behaviour log-prob from the distribution actually sampled",
     statement="""The behaviour log-prob is taken from the distribution actually sampled: logits /
-    temperature, restricted to the top-k / top-p support and renormalised. Worked: p =
-    [0.8, 0.2], temperature 2 -> [2/3, 1/3]; a new policy giving the second token 0.25 has
-    ratio 0.75, the raw 0.2 would give 1.25.""",
+    temperature, restricted to the top-k / top-p support and renormalised (exact top-p ties,
+    where the mass before a token equals top_p, are outside the contract: cases avoid them).
+    Worked: p = [0.8, 0.2], temperature 2 -> [2/3, 1/3]; a new policy giving the second
+    token 0.25 has ratio 0.75, the raw 0.2 would give 1.25.""",
     ops=("sampling_logprobs",),
     strategy=_sampling_case(),
     examples=_SAMPLING_EXAMPLES,
+    checks=TOKEN_ROW_CHECKS,
+    meets=LOGITS_FEATURES,
 )
 def check_sampling_distribution(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``sampling_logprobs(logits (B,T,V), responses (B,T), response_mask (B,T),
@@ -434,7 +504,7 @@ def check_sampling_distribution(ctx: Any, case: dict[str, Any]) -> None:
     )
     what = "behaviour log-probs"
     _check_token_rows(
-        ctx, "logprob.sampling_distribution", what, expected, actual, lengths, uids, scale
+        ctx, "logprob.sampling_distribution", what, expected, actual, lengths, uids, scale, width
     )
 
 
@@ -461,7 +531,7 @@ def _support_case(draw: Any) -> dict[str, Any]:
         "samples": samples,
         "pad_value": draw(cs.pad_values()),
         "pad_keep": draw(st.sampled_from([0, 1])),
-        "extra_pad": draw(st.integers(0, 2)),
+        "extra_pad": _extra_pad(draw, [len(s["tokens"]) for s in samples]),
     }
 
 
@@ -507,6 +577,8 @@ _SUPPORT_EXAMPLES = (
     ops=("logprobs_on_support",),
     strategy=_support_case(),
     examples=_SUPPORT_EXAMPLES,
+    checks=TOKEN_ROW_CHECKS,
+    meets=LOGITS_FEATURES,
 )
 def check_keep_sampling_mask(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``logprobs_on_support(logits (B,T,V), responses (B,T), keep_mask (B,T,V) bool,
@@ -544,7 +616,7 @@ def check_keep_sampling_mask(ctx: Any, case: dict[str, Any]) -> None:
     )
     what = "log-probs on the kept support"
     _check_token_rows(
-        ctx, "logprob.keep_sampling_mask", what, expected, actual, lengths, uids, scale
+        ctx, "logprob.keep_sampling_mask", what, expected, actual, lengths, uids, scale, width
     )
 
 
@@ -571,7 +643,7 @@ def _entropy_case(draw: Any) -> dict[str, Any]:
         "vocab": vocab,
         "samples": samples,
         "pad_value": draw(cs.pad_values()),
-        "extra_pad": draw(st.integers(0, 2)),
+        "extra_pad": _extra_pad(draw, [len(s["mask"]) for s in samples]),
     }
 
 
@@ -616,14 +688,27 @@ _ENTROPY_EXAMPLES = (
     title="Entropy from logits, averaged over valid positions only",
     statement="""H = logsumexp(x) - sum(softmax(x) * x) per position; averaged over valid
     positions only (padding and mask-0 positions, whatever their logits, never enter the
-    mean; no valid position gives 0).""",
+    mean); no valid position gives 0.""",
     ops=("entropy_from_logits", "entropy_mean"),
     strategy=_entropy_case(),
     examples=_ENTROPY_EXAMPLES,
+    checks=("shape", "per_position", "mean", "empty_mean"),
+    meets=(
+        "mask_holes",
+        "actionless_sample",
+        "empty_response",
+        "empty_batch",
+        "extra_padding",
+        "padding_finite",
+        "padding_nonfinite",
+        "overflow",
+        "zero_width",
+    ),
 )
 def check_entropy_from_logits(ctx: Any, case: dict[str, Any]) -> None:
     """Ops ``entropy_from_logits(logits (B,T,V)) -> (B,T)`` (compared on response positions;
-    padding ignored) and ``entropy_mean(logits (B,T,V), mask (B,T)) -> ()``."""
+    padding ignored) and ``entropy_mean(logits (B,T,V), mask (B,T)) -> ()``; the mean of no
+    valid position is check ``empty_mean``."""
     samples = case["samples"]
     uids = [s["uid"] for s in samples]
     lengths = cs.lengths_of(case)
@@ -641,15 +726,20 @@ def check_entropy_from_logits(ctx: Any, case: dict[str, Any]) -> None:
         for rows, values in zip(received, expected, strict=True)
     ]
     per_token = ctx.call("entropy_from_logits", logits)
-    assert_rows_close(
-        "entropy.from_logits",
-        "per-position entropy",
-        expected,
-        unpad_right(per_token, lengths),
-        uids=uids,
-        tolerance=ctx.tolerance,
-        scale=scale,
-    )
+    with ctx.check("per_position"):
+        shape = tuple(getattr(per_token, "shape", ()))
+        assert_equal(
+            "entropy.from_logits", "per-position entropy shape", (len(samples), width), shape
+        )
+        assert_rows_close(
+            "entropy.from_logits",
+            "per-position entropy",
+            expected,
+            unpad_right(per_token, lengths),
+            uids=uids,
+            tolerance=ctx.tolerance,
+            scale=scale,
+        )
     masks = [s["mask"] for s in samples]
     mean = ctx.call("entropy_mean", logits, mask)
     valid_scales = [
@@ -657,9 +747,12 @@ def check_entropy_from_logits(ctx: Any, case: dict[str, Any]) -> None:
     ]
     assert_scalar_close(
         "entropy.from_logits",
-        "entropy mean over valid positions",
+        "entropy mean over valid positions"
+        if valid_scales
+        else "entropy mean of no valid position",
         oracle.entropy_mean(received, masks, uids=uids),
         float(mean),
         tolerance=ctx.tolerance,
         scale=max(valid_scales, default=0.0),
+        check="mean" if valid_scales else "empty_mean",
     )

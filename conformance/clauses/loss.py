@@ -469,16 +469,8 @@ def _check_reduced(
 # shape: (loss (B,T), metrics) with the named metrics; loss: per-token loss on action tokens;
 # scalar: its token-mean; grad / grad_off_actions: d scalar / d input on action tokens, and
 # exactly 0 elsewhere; clipfrac: the reported clip fraction; differentiable: a graph exists.
-POLICY_CHECKS = (
-    "shape",
-    "loss",
-    "scalar",
-    "grad",
-    "grad_off_actions",
-    "clipfrac",
-    "differentiable",
-)
-VALUE_CHECKS = POLICY_CHECKS[:-2]
+VALUE_CHECKS = ("shape", "loss", "scalar", "grad", "grad_off_actions", "clipfrac", "differentiable")
+POLICY_CHECKS = (*VALUE_CHECKS, "reduced", "shard_invariance")
 ACTOR_CHECKS = (
     "shape",
     "loss",
@@ -600,7 +592,7 @@ def _policy_case(draw: Any, mode: str, profile: Any) -> dict[str, Any]:
         name: draw(st.sampled_from(values)) for name, values in _PARAMS[mode].items()
     }
     samples = []
-    for i in range(draw(st.integers(1, 4))):
+    for i in range(draw(st.integers(cs.fewest_samples(0), 4))):
         length = draw(cs.lengths())
         sequence_adv = draw(st.one_of(st.none(), _ADVANTAGE))
         sample: dict[str, Any] = {
@@ -1008,7 +1000,7 @@ def clear_of_value_branch_points(sample: dict[str, Any], clip: float) -> bool:
 def _value_case(draw: Any) -> dict[str, Any]:
     clip = draw(st.sampled_from([0.2, 0.5]))
     samples = []
-    for i in range(draw(st.integers(1, 4))):
+    for i in range(draw(st.integers(cs.fewest_samples(0), 4))):
         length = draw(cs.lengths())
         sample: dict[str, Any] = {
             "uid": f"s{i}",
@@ -1177,7 +1169,7 @@ _TERMS = ("pg", "entropy", "kl")
 @st.composite
 def _actor_case(draw: Any, with_kl: bool) -> dict[str, Any]:
     samples = []
-    for i in range(draw(st.integers(1, 4))):
+    for i in range(draw(st.integers(cs.fewest_samples(0), 4))):
         length = draw(cs.lengths())
         sample: dict[str, Any] = {"uid": f"s{i}", "mask": draw(cs.loss_mask(length))}
         sample["pg"] = draw(st.lists(cs.finite(-3.0, 3.0), min_size=length, max_size=length))

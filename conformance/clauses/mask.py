@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.compare import assert_equal, assert_rows_equal, assert_scalar_close
-from rlconform.conformance.errors import ClauseMismatch, ContractError
+from rlconform.conformance.errors import ClauseMismatch, ContractError, TargetError
+from rlconform.conformance.features import allows, generic_features, pad_value_features
 from rlconform.conformance.harness import assert_padding_zero, pad_right, right_mask, unpad_right
 from rlconform.conformance.registry import clause
 from rlconform.oracle import mask as oracle
@@ -50,8 +51,9 @@ _EOS_EXAMPLES = (
 
 @st.composite
 def _eos_case(draw: Any) -> dict[str, Any]:
-    width = draw(st.integers(0, cs.MAX_LEN))
-    n = draw(st.integers(0, 4))
+    """Rows of response ids; (edge) no rows, (hardening) width 0."""
+    width = draw(st.integers(0 if allows("hardening") else 1, cs.MAX_LEN))
+    n = draw(st.integers(cs.fewest_samples(0), 4))
     eos = draw(
         st.one_of(
             st.integers(1, 3), st.lists(st.integers(1, 3), min_size=1, max_size=2, unique=True)
@@ -64,6 +66,19 @@ def _eos_case(draw: Any) -> dict[str, Any]:
     return {"width": width, "eos": eos, "rows": rows}
 
 
+def _eos_features(case: dict[str, Any]) -> set[str]:
+    """no_samples, zero_width, and truncated_sample for a row without EOS (stopped by the
+    length limit)."""
+    rows, eos = case["rows"], case["eos"]
+    eos_ids = {eos} if isinstance(eos, int) else set(eos)
+    found = set() if rows else {"no_samples"}
+    if rows and case["width"] == 0:
+        found.add("zero_width")
+    if any(r["ids"] and not eos_ids & set(r["ids"]) for r in rows):
+        found.add("truncated_sample")
+    return found
+
+
 @clause(
     "mask.response_from_eos",
     title="Response mask from the first EOS",
@@ -73,6 +88,9 @@ def _eos_case(draw: Any) -> dict[str, Any]:
     ops=("response_mask_from_eos",),
     strategy=_eos_case(),
     examples=_EOS_EXAMPLES,
+    checks=("shape", "response_mask"),
+    meets=("no_samples", "zero_width", "truncated_sample"),
+    case_features=_eos_features,
 )
 def check_response_from_eos(ctx: Any, case: dict[str, Any]) -> None:
     rows, width = case["rows"], case["width"]
@@ -84,7 +102,11 @@ def check_response_from_eos(ctx: Any, case: dict[str, Any]) -> None:
     eos = copy.deepcopy(case["eos"])
     mask = ctx.call("response_mask_from_eos", response_ids, eos)
     assert_equal(
-        "mask.response_from_eos", "response_mask shape", (len(rows), width), tuple(mask.shape)
+        "mask.response_from_eos",
+        "response_mask shape",
+        (len(rows), width),
+        tuple(getattr(mask, "shape", ())),
+        check="shape",
     )
     assert_rows_equal(
         "mask.response_from_eos",
@@ -92,6 +114,7 @@ def check_response_from_eos(ctx: Any, case: dict[str, Any]) -> None:
         expected,
         unpad_right(mask, [width] * len(rows)),
         uids=uids,
+        check="response_mask",
     )
 
 
@@ -146,21 +169,29 @@ _ATTENTION_EXAMPLES = (
     {"prompt_width": 2, "response_width": 2, "rows": []},
 )
 
+_CORRUPTIONS = (
+    "flip",
+    "prompt_right_padded",
+    "prompt_hole",
+    "response_hole",
+    "response_left_padded",
+)
+
 
 @st.composite
 def _attention_case(draw: Any) -> dict[str, Any]:
+    """Conforming rows (left-padded prompts, right-padded responses); (edge) L_i = 0 and no
+    rows; (hardening) R = 0 and one layout violation."""
     prompt_width = draw(st.integers(0, 3))
-    response_width = draw(st.integers(0, 3))
+    response_width = draw(st.integers(0 if allows("hardening") else 1, 3))
     width = prompt_width + response_width
     rows = []
-    for i in range(draw(st.integers(0, 4))):
+    for i in range(draw(st.integers(cs.fewest_samples(0), 4))):
         p = draw(st.integers(0, prompt_width))
-        n = draw(st.integers(0, response_width))
+        n = draw(st.integers(0 if allows("edge") else min(1, response_width), response_width))
         attention = [0] * (prompt_width - p) + [1] * p + [1] * n + [0] * (response_width - n)
         rows.append({"uid": f"s{i}", "attention": attention})
-    corruption = draw(
-        st.sampled_from(["none", "flip", "prompt_right_padded", "response_left_padded"])
-    )
+    corruption = draw(st.sampled_from(("none",) + (_CORRUPTIONS if allows("hardening") else ())))
     if rows and width and corruption != "none":
         row = rows[draw(st.integers(0, len(rows) - 1))]["attention"]
         if corruption == "flip":
@@ -168,9 +199,23 @@ def _attention_case(draw: Any) -> dict[str, Any]:
             row[column] = 1 - row[column]
         elif corruption == "prompt_right_padded":
             row[:prompt_width] = sorted(row[:prompt_width], reverse=True)
-        else:
+        elif corruption == "prompt_hole" and prompt_width >= 3:
+            row[:prompt_width] = [0] * (prompt_width - 3) + [1, 0, 1]
+        elif corruption == "response_hole" and response_width >= 3:
+            row[prompt_width:] = [1, 0, 1] + [0] * (response_width - 3)
+        elif corruption == "response_left_padded":
             row[prompt_width:] = sorted(row[prompt_width:])
     return {"prompt_width": prompt_width, "response_width": response_width, "rows": rows}
+
+
+def _attention_features(case: dict[str, Any]) -> set[str]:
+    """A response width larger than every conforming row's response (the walker reads the
+    layout itself: violations, L_i = 0, R = 0, no rows)."""
+    width = case["response_width"]
+    if not case["rows"] or width == 0 or _first_violation(case) is not None:
+        return set()
+    longest = max(sum(r["attention"][len(r["attention"]) - width :]) for r in case["rows"])
+    return {"extra_padding"} if 0 < longest < width else set()
 
 
 def _first_violation(case: dict[str, Any]) -> ContractError | None:
@@ -190,10 +235,14 @@ def _first_violation(case: dict[str, Any]) -> ContractError | None:
     statement="""With left-padded prompts and right-padded responses of width R, the response
     mask is the last R columns of the attention mask. An attention mask that violates that
     layout (right-padded prompt, left-padded response, a hole, a value other than 0/1) must
-    be rejected with an error, never silently read as a response mask.""",
+    be rejected with an error, never silently read as a response mask (tool observations are
+    attended: their 0s belong to the loss mask, inside the response only).""",
     ops=("response_mask_from_attention",),
     strategy=_attention_case(),
     examples=_ATTENTION_EXAMPLES,
+    checks=("shape", "response_mask", "rejects_violation", "rejection_message"),
+    meets=("no_samples", "empty_response", "extra_padding", "zero_width", "layout_violation"),
+    case_features=_attention_features,
 )
 def check_response_from_attention(ctx: Any, case: dict[str, Any]) -> None:
     rows, response_width = case["rows"], case["response_width"]
@@ -212,7 +261,8 @@ def check_response_from_attention(ctx: Any, case: dict[str, Any]) -> None:
         "mask.response_from_attention",
         "response_mask shape",
         (len(rows), response_width),
-        tuple(mask.shape),
+        tuple(getattr(mask, "shape", ())),
+        check="shape",
     )
     assert_rows_equal(
         "mask.response_from_attention",
@@ -220,6 +270,7 @@ def check_response_from_attention(ctx: Any, case: dict[str, Any]) -> None:
         expected,
         unpad_right(mask, [response_width] * len(rows)),
         uids=uids,
+        check="response_mask",
     )
 
 
@@ -227,16 +278,17 @@ def _expect_rejection(
     ctx: Any, attention_mask: torch.Tensor, response_width: int, violation: ContractError
 ) -> None:
     """The op must raise (any exception with a message) on a layout it cannot trust."""
-    operation = ctx.target.response_mask_from_attention
     try:
-        returned = operation(attention_mask, response_width)
-    except Exception as raised:  # the implementation's own error type is fine
+        returned = ctx.call("response_mask_from_attention", attention_mask, response_width)
+    except TargetError as failure:  # the implementation's own error type is fine
+        raised = failure.original
         if not str(raised).strip():
             raise ClauseMismatch(
                 f"[mask.response_from_attention] the layout violation was rejected with "
                 f"{type(raised).__name__} but an empty message; it should say what is wrong "
                 f"({str(violation).split('] ', 1)[-1]})",
                 detail={"uid": violation.uid, "expected": str(violation), "actual": repr(raised)},
+                check="rejection_message",
             ) from None
         return
     reason = str(violation).split("] ", 1)[-1]
@@ -245,6 +297,7 @@ def _expect_rejection(
         f"returned a response mask of shape {tuple(getattr(returned, 'shape', ()))} instead of "
         "raising an error",
         detail={"uid": violation.uid, "expected": "an error", "actual": "a response mask"},
+        check="rejects_violation",
     )
 
 
@@ -311,11 +364,35 @@ _LOSS_EXAMPLES = (
 
 @st.composite
 def _loss_case(draw: Any) -> dict[str, Any]:
-    case = draw(cs.token_batch(fields=("values",), min_samples=0))
+    """token_batch with per-sample keep flags; values at mask-0 positions are replaced by the
+    pad value (what the check hands the target there). Below edge some kept sample has an
+    action token; (hardening) 1s in the padded loss mask."""
+    case = draw(cs.token_batch(fields=("values",), min_samples=cs.fewest_samples(0)))
     for sample in case["samples"]:
         sample["keep"] = draw(st.sampled_from([1, 1, 1, 0]))
-    case["pad_mask"] = draw(st.sampled_from([0, 1]))
+        sample["values"] = [v if m else 0.0 for v, m in zip(sample["values"], sample["mask"])]
+    if not allows("edge") and not any(s["keep"] and any(s["mask"]) for s in case["samples"]):
+        next(s for s in case["samples"] if any(s["mask"]))["keep"] = 1
+    case["pad_mask"] = draw(st.sampled_from([0, 1])) if allows("hardening") else 0
     return case
+
+
+def _loss_features(case: dict[str, Any]) -> set[str]:
+    """What the walker cannot see: the pad value also sits at mask-0 positions and on every
+    token of a sample the keep-mask drops; 1s in the padded loss mask break the padding
+    convention; a keep-mask that drops every action token rejects the whole batch."""
+    samples = case["samples"]
+    width = cs.width_of_case(case)
+    padded = any(len(s["mask"]) < width for s in samples)
+    masked = padded or any(not s["keep"] or 0 in s["mask"] for s in samples if s["mask"])
+    found = pad_value_features(case["pad_value"]) if masked else set()
+    if padded and case["pad_mask"]:
+        found.add("layout_violation")
+    if any(any(s["mask"]) for s in samples) and not any(
+        s["keep"] and any(s["mask"]) for s in samples
+    ):
+        found.add("all_rejected")
+    return found
 
 
 @clause(
@@ -329,6 +406,22 @@ def _loss_case(draw: Any) -> dict[str, Any]:
     ops=("valid_token_mask", "masked_mean"),
     strategy=_loss_case(),
     examples=_LOSS_EXAMPLES,
+    checks=("valid_shape", "valid_padding", "valid_mask", "valid_count", "masked_mean"),
+    meets=(
+        "no_samples",
+        "empty_response",
+        "actionless_sample",
+        "mask_holes",
+        "empty_batch",
+        "all_rejected",
+        "extra_padding",
+        "padding_finite",
+        "padding_nonfinite",
+        "overflow",
+        "zero_width",
+        "layout_violation",
+    ),
+    case_features=_loss_features,
 )
 def check_loss_mask(ctx: Any, case: dict[str, Any]) -> None:
     """Profile key ``masked_mean_empty`` (default 0.0): the masked mean of no valid token.
@@ -354,13 +447,24 @@ def check_loss_mask(ctx: Any, case: dict[str, Any]) -> None:
     )
     keep_mask = torch.tensor([s["keep"] for s in samples], dtype=torch.int64, device=ctx.device)
     valid = ctx.call("valid_token_mask", response_mask, loss_mask, keep_mask)
-    assert_equal("mask.loss", "valid mask shape", (len(samples), width), tuple(valid.shape))
-    assert_padding_zero("mask.loss", "valid mask", valid, lengths, uids)
-    assert_rows_equal(
-        "mask.loss", "valid mask", expected_valid, unpad_right(valid, lengths), uids=uids
+    assert_equal(
+        "mask.loss",
+        "valid mask shape",
+        (len(samples), width),
+        tuple(getattr(valid, "shape", ())),
+        check="valid_shape",
     )
-    action_tokens = sum(sum(s["mask"]) for s in samples if s["keep"])
-    assert_equal("mask.loss", "sum(valid) vs action-token count", action_tokens, int(valid.sum()))
+    with ctx.check("valid_padding"):
+        assert_padding_zero("mask.loss", "valid mask", valid, lengths, uids)
+    with ctx.check("valid_mask"):
+        assert_rows_equal(
+            "mask.loss", "valid mask", expected_valid, unpad_right(valid, lengths), uids=uids
+        )
+    with ctx.check("valid_count"):
+        action_tokens = sum(sum(s["mask"]) for s in samples if s["keep"])
+        assert_equal(
+            "mask.loss", "sum(valid) vs action-token count", action_tokens, int(valid.sum())
+        )
 
     pad = case["pad_value"]
     values = [
@@ -387,6 +491,7 @@ def check_loss_mask(ctx: Any, case: dict[str, Any]) -> None:
         float(mean),
         tolerance=ctx.tolerance,
         scale=math.fsum(selected),
+        check="masked_mean",
     )
 
 
@@ -444,14 +549,37 @@ def _message(draw: Any) -> dict[str, Any]:
     return message
 
 
+_TRAINED_TURN = {"role": "assistant", "header": [90, 93], "content": [30]}
+
+
 @st.composite
 def _multi_turn_case(draw: Any) -> dict[str, Any]:
-    n = draw(st.integers(0, 3))
-    return {
-        "conversations": [
-            {"uid": f"c{i}", "messages": draw(st.lists(_message(), max_size=4))} for i in range(n)
-        ]
-    }
+    """Conversations of random turns; (edge) no conversation, an empty conversation, one
+    without a trained token. Below edge every conversation ends with a trained turn if it has
+    none."""
+    n = draw(st.integers(cs.fewest_samples(0), 3))
+    conversations = []
+    for i in range(n):
+        messages = draw(st.lists(_message(), max_size=4))
+        if not allows("edge") and not any(oracle.multi_turn_loss_mask(messages)):
+            messages.append(dict(_TRAINED_TURN))
+        conversations.append({"uid": f"c{i}", "messages": messages})
+    return {"conversations": conversations}
+
+
+_MULTI_TURN_FEATURES = (
+    "no_samples",
+    "empty_response",
+    "actionless_sample",
+    "mask_holes",
+    "empty_batch",
+)
+
+
+def _multi_turn_features(case: dict[str, Any]) -> frozenset[str]:
+    """The features of the conversations' loss masks (read by the walker)."""
+    masks = [{"mask": oracle.multi_turn_loss_mask(c["messages"])} for c in case["conversations"]]
+    return generic_features({"samples": masks}) & frozenset(_MULTI_TURN_FEATURES)
 
 
 @clause(
@@ -464,6 +592,9 @@ def _multi_turn_case(draw: Any) -> dict[str, Any]:
     ops=("multi_turn_loss_mask",),
     strategy=_multi_turn_case(),
     examples=_MULTI_TURN_EXAMPLES,
+    checks=("rows", "loss_mask", "padding_zero"),
+    meets=_MULTI_TURN_FEATURES,
+    case_features=_multi_turn_features,
 )
 def check_multi_turn(ctx: Any, case: dict[str, Any]) -> None:
     """Profile key ``mask_think_block`` (default False): zero the think block of assistant turns."""
@@ -476,8 +607,15 @@ def check_multi_turn(ctx: Any, case: dict[str, Any]) -> None:
     ]
     lengths = [len(row) for row in expected]
     mask = ctx.call("multi_turn_loss_mask", copy.deepcopy([c["messages"] for c in conversations]))
-    assert_equal("mask.multi_turn", "number of rows", len(conversations), int(mask.shape[0]))
-    assert_rows_equal(
-        "mask.multi_turn", "loss_mask", expected, unpad_right(mask, lengths), uids=uids
+    assert_equal(
+        "mask.multi_turn",
+        "number of rows",
+        len(conversations),
+        int(mask.shape[0]),
+        check="rows",
     )
-    assert_padding_zero("mask.multi_turn", "loss_mask", mask, lengths, uids)
+    with ctx.check("loss_mask"):
+        assert_rows_equal(
+            "mask.multi_turn", "loss_mask", expected, unpad_right(mask, lengths), uids=uids
+        )
+    assert_padding_zero("mask.multi_turn", "loss_mask", mask, lengths, uids, check="padding_zero")

@@ -13,13 +13,14 @@ from hypothesis import strategies as st
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.compare import assert_equal, assert_scalar_close
 from rlconform.conformance.errors import ClauseMismatch
+from rlconform.conformance.features import allows, generic_features
 from rlconform.conformance.harness import right_mask, to_float_list
 from rlconform.conformance.registry import clause
 from rlconform.oracle import metrics as oracle
 
 
-def _mismatch(clause_id: str, message: str, **detail: Any) -> ClauseMismatch:
-    return ClauseMismatch(f"[{clause_id}] {message}", detail=detail)
+def _mismatch(clause_id: str, message: str, check: str, **detail: Any) -> ClauseMismatch:
+    return ClauseMismatch(f"[{clause_id}] {message}", detail=detail, check=check)
 
 
 def _number(value: Any) -> float:
@@ -31,9 +32,31 @@ def _number(value: Any) -> float:
 
 @st.composite
 def _length_case(draw: Any) -> dict:
+    """Lengths up to the maximum (clipped samples); (edge) aborted samples (L = 0)."""
     max_length = draw(st.integers(1, 6))
-    length = st.sampled_from([0, max_length]) | st.integers(0, max_length)
+    boundaries = [0, max_length] if allows("edge") else [max_length]
+    length = st.sampled_from(boundaries) | cs.lengths(max_length)
     return {"lengths": draw(st.lists(length, min_size=1, max_size=5)), "max_length": max_length}
+
+
+_LENGTH_FEATURES = ("empty_response", "empty_batch", "truncated_sample", "extra_padding")
+
+
+def _length_features(case: dict) -> frozenset[str]:
+    """Aborted samples (L = 0), clipped ones (L = T: truncated), T above the longest."""
+    width = case["max_length"]
+    samples = [{"mask": [1] * n, "truncated": n == width} for n in case["lengths"]]
+    view = {"samples": samples, "response_width": width}
+    return generic_features(view) & frozenset(_LENGTH_FEATURES)
+
+
+def _length_check(key: str) -> str:
+    """The check of one length metric."""
+    if key.endswith("clip_ratio"):
+        return "clip_ratio"
+    if key == "response/aborted_ratio":
+        return "aborted_ratio"
+    return "non_aborted" if key.startswith("response_length_non_aborted/") else "all_samples"
 
 
 _LENGTH_EXAMPLES = (
@@ -60,31 +83,37 @@ _LENGTH_EXAMPLES = (
     ops=("response_length_metrics",),
     strategy=_length_case(),
     examples=_LENGTH_EXAMPLES,
+    checks=("keys", "all_samples", "non_aborted", "clip_ratio", "aborted_ratio"),
+    meets=_LENGTH_FEATURES,
+    case_features=_length_features,
 )
 def check_response_length(ctx: Any, case: dict) -> None:
     lengths, max_length = case["lengths"], case["max_length"]
     expected = oracle.response_length_metrics(lengths, max_length)
     response_mask = right_mask(lengths, max_length, ctx.device)
     actual = ctx.call("response_length_metrics", response_mask)
+    missing = [key for key, value in expected.items() if value is not None and key not in actual]
+    if missing:
+        raise _mismatch(
+            "metrics.response_length",
+            f"metric(s) {missing} missing; got keys {sorted(actual)}",
+            "keys",
+            what=missing[0],
+            expected="present",
+            actual=None,
+        )
     for key, value in expected.items():
         if value is None:
             continue
-        if key not in actual:
-            raise _mismatch(
+        with ctx.check(_length_check(key)):
+            assert_scalar_close(
                 "metrics.response_length",
-                f"metric {key!r} missing; got keys {sorted(actual)}",
-                what=key,
-                expected=value,
-                actual=None,
+                key,
+                value,
+                _number(actual[key]),
+                tolerance=ctx.tolerance,
+                scale=max_length,
             )
-        assert_scalar_close(
-            "metrics.response_length",
-            key,
-            value,
-            _number(actual[key]),
-            tolerance=ctx.tolerance,
-            scale=max_length,
-        )
 
 
 # ---- metrics.validation_at_n -----------------------------------------------------------
@@ -109,26 +138,44 @@ def bootstrap_allowance(std: float, spread: float, draws: int | None) -> float:
 
 @st.composite
 def _validation_case(draw: Any) -> dict:
+    """Uids with N samples each (uneven N), binary or general values; (edge) N = 1 and a uid
+    whose values are all equal."""
     n_uids = draw(st.integers(1, 3))
-    kind = draw(st.sampled_from(["binary", "general", "equal"]))
+    kinds = ["binary", "general"] + (["equal"] if allows("edge") else [])
+    kind = draw(st.sampled_from(kinds))
     samples = []
+    fewest = 1 if allows("edge") else 2
     for u in range(n_uids):
-        size = draw(st.integers(1, 5 if n_uids == 1 else 3))
+        size = draw(st.integers(fewest, 5 if n_uids == 1 else 3))
         common = draw(cs.finite(-3, 3))
+        values = []
         for _ in range(size):
             if kind == "binary":
-                value = draw(st.sampled_from([0.0, 1.0]))
+                values.append(draw(st.sampled_from([0.0, 1.0])))
             elif kind == "equal":
-                value = common
+                values.append(common)
             else:
-                value = draw(cs.finite(-3, 3))
-            samples.append({"uid": f"p{u}", "value": value, "pred": draw(st.sampled_from("ABC"))})
+                values.append(draw(cs.finite(-3, 3)))
+        if not allows("edge"):
+            cs.separate_equal_groups(values, [u] * size)
+        samples += [
+            {"uid": f"p{u}", "value": v, "pred": draw(st.sampled_from("ABC"))} for v in values
+        ]
     order = draw(st.permutations(list(range(len(samples)))))
     return {
         "samples": [samples[i] for i in order],
         "with_pred": draw(st.booleans()),
         "seed": draw(st.integers(0, 2**16)),
     }
+
+
+_VALIDATION_FEATURES = ("singleton_group", "unequal_groups", "equal_scores")
+
+
+def _validation_features(case: dict) -> frozenset[str]:
+    """The uids are the groups and the values their scores."""
+    samples = [{"mask": [1], "group": s["uid"], "reward": s["value"]} for s in case["samples"]]
+    return generic_features({"samples": samples}) & frozenset(_VALIDATION_FEATURES)
 
 
 def _samples(uid: str, values: list[float], preds: str) -> list[dict]:
@@ -196,6 +243,9 @@ def _expected_bootstrap(
     ops=("validation_metrics",),
     strategy=_validation_case(),
     examples=_VALIDATION_EXAMPLES,
+    checks=("uids", "required_keys", "no_std_at_1", "mean", "std", "bootstrap"),
+    meets=_VALIDATION_FEATURES,
+    case_features=_validation_features,
 )
 def check_validation_at_n(ctx: Any, case: dict) -> None:
     draws = ctx.profile.get("validation_n_bootstrap", 1000)
@@ -210,7 +260,12 @@ def check_validation_at_n(ctx: Any, case: dict) -> None:
     for uid, members in oracle.group_by_uid(uids).items():
         if uid not in actual:
             raise _mismatch(
-                clause_id, f"no metrics for uid={uid!r}", uid=uid, expected="metrics", actual=None
+                clause_id,
+                f"no metrics for uid={uid!r}",
+                "uids",
+                uid=uid,
+                expected="metrics",
+                actual=None,
             )
         got = {key: _number(value) for key, value in actual[uid].items()}
         group = [stored[i] for i in members]
@@ -226,39 +281,44 @@ def check_validation_at_n(ctx: Any, case: dict) -> None:
                 raise _mismatch(
                     clause_id,
                     f"uid={uid!r} (N={size}): metric {key!r} missing; got {sorted(got)}",
+                    "required_keys",
                     uid=uid,
                     what=key,
                     expected="present",
                     actual=None,
                 )
         if size == 1 and f"std@{size}" in got:
-            raise _mismatch(
-                clause_id,
-                f"uid={uid!r}: std@1 reported ({got['std@1']!r}); std@N exists only for N > 1",
-                uid=uid,
-                what="std@1",
-                expected="absent",
-                actual=got["std@1"],
-            )
-        assert_scalar_close(
-            clause_id,
-            f"mean@{size}",
-            oracle.mean_at_n(group),
-            got[f"mean@{size}"],
-            tolerance=ctx.tolerance,
-            scale=scale,
-            uid=uid,
-        )
-        if size > 1:
+            with ctx.check("no_std_at_1"):
+                raise _mismatch(
+                    clause_id,
+                    f"uid={uid!r}: std@1 reported ({got['std@1']!r}); std@N exists only for N > 1",
+                    "no_std_at_1",
+                    uid=uid,
+                    what="std@1",
+                    expected="absent",
+                    actual=got["std@1"],
+                )
+        with ctx.check("mean"):
             assert_scalar_close(
                 clause_id,
-                f"std@{size} (population, ddof 0)",
-                oracle.std_at_n(group),
-                got[f"std@{size}"],
+                f"mean@{size}",
+                oracle.mean_at_n(group),
+                got[f"mean@{size}"],
                 tolerance=ctx.tolerance,
                 scale=scale,
                 uid=uid,
             )
+        if size > 1:
+            with ctx.check("std"):
+                assert_scalar_close(
+                    clause_id,
+                    f"std@{size} (population, ddof 0)",
+                    oracle.std_at_n(group),
+                    got[f"std@{size}"],
+                    tolerance=ctx.tolerance,
+                    scale=scale,
+                    uid=uid,
+                )
         spread = max(group) - min(group)
         for key, value in got.items():
             match = _BOOTSTRAP_KEY.match(key)
@@ -277,6 +337,7 @@ def check_validation_at_n(ctx: Any, case: dict) -> None:
                     f"{key} for sample uid={uid!r} (N={size}): expected {mean!r} (exact, std "
                     f"{std:.4g}), actual {value!r} (|diff| {abs(value - mean):.3g} > allowed "
                     f"{allowed:.3g}: bootstrap sampling {sampling:.3g} for {draws} draws)",
+                    "bootstrap",
                     uid=uid,
                     what=key,
                     expected=mean,
@@ -339,6 +400,7 @@ _REDUCE_EXAMPLES = (
     ops=("reduce_metrics",),
     strategy=_reduce_case(),
     examples=_REDUCE_EXAMPLES,
+    checks=("keys", "reduction"),
 )
 def check_reduce(ctx: Any, case: dict) -> None:
     metrics = case["metrics"]
@@ -348,19 +410,21 @@ def check_reduce(ctx: Any, case: dict) -> None:
             raise _mismatch(
                 "metrics.reduce",
                 f"metric {key!r} missing after reduction",
+                "keys",
                 what=key,
                 expected="present",
                 actual=None,
             )
         rule = "max" if "max" in key else "min" if "min" in key else "mean"
-        assert_scalar_close(
-            "metrics.reduce",
-            f"{key} ({rule} of {values})",
-            oracle.reduce_metric(key, values),
-            _number(actual[key]),
-            tolerance=ctx.tolerance,
-            scale=max(abs(v) for v in values),
-        )
+        with ctx.check("reduction"):
+            assert_scalar_close(
+                "metrics.reduce",
+                f"{key} ({rule} of {values})",
+                oracle.reduce_metric(key, values),
+                _number(actual[key]),
+                tolerance=ctx.tolerance,
+                scale=max(abs(v) for v in values),
+            )
 
 
 # ---- metrics.token_accounting ----------------------------------------------------------
@@ -368,12 +432,25 @@ def check_reduce(ctx: Any, case: dict) -> None:
 
 @st.composite
 def _accounting_case(draw: Any) -> dict:
-    n = draw(st.integers(0, 6))
-    lengths = draw(
-        st.lists(st.integers(0, 4096) | st.sampled_from([0, 2048]), min_size=n, max_size=n)
-    )
+    """Lengths up to 4096 and keep flags; (edge) no samples, L_i = 0, every sample dropped."""
+    n = draw(st.integers(cs.fewest_samples(0), 6))
+    shortest = 0 if allows("edge") else 1
+    length = st.integers(shortest, 4096) | st.sampled_from([shortest, 2048])
+    lengths = draw(st.lists(length, min_size=n, max_size=n))
     keep = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    if not allows("edge") and not any(keep):
+        keep[draw(st.integers(0, n - 1))] = True
     return {"lengths": lengths, "keep": keep}
+
+
+def _accounting_features(case: dict) -> set[str]:
+    lengths, keep = case["lengths"], case["keep"]
+    found = set() if lengths else {"no_samples"}
+    if 0 in lengths:
+        found.add("empty_response")
+    if lengths and not any(keep):
+        found.add("all_rejected")
+    return found
 
 
 _ACCOUNTING_EXAMPLES = (
@@ -395,6 +472,9 @@ _ACCOUNTING_EXAMPLES = (
     ops=("token_accounting",),
     strategy=_accounting_case(),
     examples=_ACCOUNTING_EXAMPLES,
+    checks=("keys", "generated", "kept", "discarded"),
+    meets=("no_samples", "empty_response", "all_rejected"),
+    case_features=_accounting_features,
 )
 def check_token_accounting(ctx: Any, case: dict) -> None:
     lengths, keep = case["lengths"], case["keep"]
@@ -409,8 +489,10 @@ def check_token_accounting(ctx: Any, case: dict) -> None:
             raise _mismatch(
                 "metrics.token_accounting",
                 f"count {key!r} missing",
+                "keys",
                 what=key,
                 expected=value,
                 actual=None,
             )
-        assert_equal("metrics.token_accounting", f"{key} tokens", value, int(actual[key]))
+        with ctx.check(key):
+            assert_equal("metrics.token_accounting", f"{key} tokens", value, int(actual[key]))

@@ -202,7 +202,7 @@ def _keep_one(case: dict[str, Any]) -> dict[str, Any]:
 
 def _ratio_case(**thresholds: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
     return st.tuples(
-        logprob_batch(fields=("old", "rollout")), st.fixed_dictionaries(thresholds)
+        logprob_batch(fields=("old", "rollout"), min_samples=0), st.fixed_dictionaries(thresholds)
     ).map(lambda pair: {**pair[0], **pair[1]})
 
 
@@ -267,7 +267,7 @@ def _band(lows: tuple[Any, ...], highs: tuple[Any, ...]) -> st.SearchStrategy[tu
 
 def _icepop_case() -> st.SearchStrategy[dict[str, Any]]:
     return st.tuples(
-        logprob_batch(fields=("old", "rollout")), _band((0.0, 0.5, 0.8), (1.2, 2.0, 5.0))
+        logprob_batch(fields=("old", "rollout"), min_samples=0), _band((0.0, 0.5, 0.8), (1.2, 2.0, 5.0))
     ).map(lambda pair: _keep_one({**pair[0], "low": pair[1][0], "high": pair[1][1]}))
 
 
@@ -308,7 +308,7 @@ def check_icepop(ctx: Any, case: dict[str, Any]) -> None:
 
 @st.composite
 def _opsm_case(draw: Any) -> dict[str, Any]:
-    case = draw(logprob_batch(fields=("logp", "old")))
+    case = draw(logprob_batch(fields=("logp", "old"), min_samples=0))
     for sample in case["samples"]:
         sample["advantage"] = draw(
             st.one_of(cs.finite(-2.0, 2.0), st.sampled_from((0.0, -1.0, 1.0, -1e-6)))
@@ -438,7 +438,7 @@ def check_opsm(ctx: Any, case: dict[str, Any]) -> None:
 
 def _is_case() -> st.SearchStrategy[dict[str, Any]]:
     return st.tuples(
-        logprob_batch(fields=("old", "rollout")),
+        logprob_batch(fields=("old", "rollout"), min_samples=0),
         st.sampled_from(oracle.IS_CORRECTION_MODES),
         _band((None, 0.5, 0.8), (3.0, 3.0, 2.0, 1.2)),
     ).map(lambda t: _keep_one({**t[0], "mode": t[1], "clip_min": t[2][0], "clip_max": t[2][1]}))

@@ -365,6 +365,7 @@ _NORMALIZE_EXAMPLES = (
     strategy=_normalize_case(),
     examples=_NORMALIZE_EXAMPLES,
     checks=("count", "values"),
+    meets=("no_samples", "all_rejected", "equal_scores"),
     case_features=_normalize_features,
 )
 def check_normalize_batch(ctx: Any, case: dict[str, Any]) -> None:
@@ -482,6 +483,7 @@ _TD_EXAMPLES = (
     strategy=_td_case(),
     examples=_TD_EXAMPLES,
     checks=("count", "values"),
+    meets=("no_samples", "truncated_sample", "padding_finite", "padding_nonfinite", "overflow"),
     case_features=_td_features,
 )
 def check_td_target(ctx: Any, case: dict[str, Any]) -> None:

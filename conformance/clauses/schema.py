@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import torch
@@ -13,6 +14,7 @@ from tensordict.tensorclass import NonTensorData, NonTensorStack
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.compare import assert_equal, assert_rows_close, assert_rows_equal
 from rlconform.conformance.errors import ClauseMismatch, TargetError
+from rlconform.conformance.features import allows, generic_features
 from rlconform.conformance.harness import assert_padding_zero, unpad_right
 from rlconform.conformance.registry import clause
 from rlconform.conformance.snapshot import (
@@ -37,9 +39,10 @@ def _sometimes(n: int) -> st.SearchStrategy[bool]:
 
 @st.composite
 def reward_values(draw: Any, *, unscored: bool = True, non_finite: bool = True) -> Any:
-    """A reward: general, binary, nearly equal (1.0 vs 1.00001), a dict, None, NaN/inf."""
-    kinds = ["general", "general", "binary", "binary", "near_equal", "dict"]
-    kinds += ["none"] * unscored + ["non_finite"] * non_finite
+    """A reward: general, binary, a dict, None, NaN/inf, and (edge) nearly equal (1.0 vs
+    1.00001)."""
+    kinds = ["general", "general", "binary", "binary", "dict"]
+    kinds += ["near_equal"] * allows("edge") + ["none"] * unscored + ["non_finite"] * non_finite
     kind = draw(st.sampled_from(kinds))
     if kind == "none":
         return None
@@ -64,26 +67,30 @@ def rollout_samples(
     non_finite: bool = True,
     unscored: bool = True,
 ) -> list[dict[str, Any]]:
-    """Canonical samples: uneven lengths (0 and max), mask holes, groups of one and partial
-    groups, duplicated responses within a group, every status, float / dict / None / NaN
-    rewards, NaN/inf log-probs and misaligned per-token fields (when allowed)."""
-    n = draw(st.integers(min_samples, max_samples))
+    """Canonical samples: uneven lengths (max; edge: 0), mask holes, partial groups
+    (edge: groups of one), duplicated responses within a group, every status, float / dict /
+    None / NaN rewards, NaN/inf log-probs (on action tokens; hardening: also on mask-0
+    tokens) and misaligned per-token fields (when allowed). Below edge no group has
+    all-equal scalar rewards."""
+    n = draw(st.integers(cs.fewest_samples(min_samples), max_samples))
     groups = draw(cs.group_labels(n)) if n else []
     int_uids = draw(st.booleans())
+    shortest = 0 if allows("edge") else 1
     samples: list[dict[str, Any]] = []
     for i in range(n):
         same_group = [s for s in samples if s["group"] == groups[i]]
         if same_group and draw(_sometimes(3)):
             response = list(draw(st.sampled_from(same_group))["response_ids"])
         else:
-            response = draw(st.lists(st.integers(0, 3), max_size=cs.MAX_LEN))
+            response = draw(st.lists(st.integers(0, 3), min_size=shortest, max_size=cs.MAX_LEN))
         length = len(response)
         logprobs = draw(
             st.lists(st.floats(-8, 0, allow_nan=False), min_size=length, max_size=length)
         )
         mask = draw(cs.loss_mask(length))
-        if non_finite and length and draw(_sometimes(8)):
-            logprobs[draw(st.integers(0, length - 1))] = draw(st.sampled_from(NON_FINITE))
+        positions = [t for t in range(length) if mask[t] or allows("hardening")]
+        if non_finite and positions and draw(_sometimes(8)):
+            logprobs[draw(st.sampled_from(positions))] = draw(st.sampled_from(NON_FINITE))
         if misaligned and draw(_sometimes(8)):
             target = draw(st.sampled_from([logprobs, mask]))
             if target and draw(st.booleans()):
@@ -107,7 +114,60 @@ def rollout_samples(
             sample["top_k"] = draw(st.sampled_from([None, 20]))
             sample["top_p"] = draw(st.sampled_from([None, 0.9]))
         samples.append(sample)
+    if not allows("edge"):
+        separate_equal_rewards(samples)
     return samples
+
+
+def separate_equal_rewards(samples: list[dict[str, Any]]) -> None:
+    """Move one member of every group whose rewards are all equal numbers off the common
+    value (an all-equal group is an edge case)."""
+    members: dict[Any, list[dict[str, Any]]] = {}
+    for sample in samples:
+        members.setdefault(sample["group"], []).append(sample)
+    for group in members.values():
+        rewards = [s["reward"] for s in group]
+        if len(group) < 2 or not all(isinstance(r, float) and math.isfinite(r) for r in rewards):
+            continue
+        if max(rewards) - min(rewards) <= 1e-3 * max(1.0, abs(rewards[0])):
+            group[-1]["reward"] = rewards[0] + 1.0
+
+
+def rollout_view(samples: list[Any]) -> dict[str, Any]:
+    """Canonical samples as the feature walker reads them: the loss mask when it is aligned
+    with the response (else the response's length), the log-probs when aligned, status,
+    group and reward, sampling parameters. Tolerates defective samples."""
+    view = []
+    for sample in samples:
+        if not isinstance(sample, dict):
+            continue
+        response = sample.get("response_ids")
+        response = response if isinstance(response, list) else []
+        mask = sample.get("loss_mask")
+        entry: dict[str, Any] = {
+            "mask": mask
+            if isinstance(mask, list) and len(mask) == len(response)
+            else [1] * len(response),
+            "status": sample.get("status"),
+        }
+        logprobs = sample.get("rollout_logprobs")
+        if isinstance(logprobs, list) and len(logprobs) == len(response):
+            entry["rollout_logprobs"] = logprobs
+        for key in ("temperature", "top_k", "top_p"):
+            if key in sample:
+                entry[key] = sample[key]
+        group, reward = sample.get("group"), sample.get("reward")
+        if isinstance(group, (str, int)):
+            entry["group"] = group
+        if isinstance(reward, (int, float)) and not isinstance(reward, bool):
+            entry["reward"] = reward
+        view.append(entry)
+    return {"samples": view}
+
+
+def rollout_features(samples: list[Any], meets: tuple[str, ...]) -> frozenset[str]:
+    """The §0a features of canonical samples, limited to ``meets``."""
+    return generic_features(rollout_view(samples)) & frozenset(meets)
 
 
 def uids(samples: list[dict[str, Any]]) -> list[Any]:
@@ -306,7 +366,8 @@ _NORMALIZE_EXAMPLES = (
 def expect_error_naming(
     clause_id: str, ctx: Any, op: str, args: tuple, error: ContractError, keys: set[str]
 ) -> None:
-    """The target must raise on bad input, and its message must name the uid and the field."""
+    """The target must raise on bad input (check ``raises``), and its message must name the
+    uid (``error_names_uid``) and the field (``error_names_field``)."""
     try:
         ctx.call(op, *args)
     except TargetError as failure:
@@ -321,17 +382,20 @@ def expect_error_naming(
                 "expected": str(error),
                 "actual": None,
             },
+            check="raises",
         )
     if error.uid is not None and str(error.uid) not in message:
-        raise ClauseMismatch(
-            f"[{clause_id}] {op}'s error does not name the sample uid={error.uid!r}: {message!r}",
-            detail={
-                "what": "error names uid",
-                "uid": error.uid,
-                "expected": str(error),
-                "actual": message,
-            },
-        )
+        with ctx.check("error_names_uid"):
+            raise ClauseMismatch(
+                f"[{clause_id}] {op}'s error does not name the sample uid={error.uid!r}: "
+                f"{message!r}",
+                detail={
+                    "what": "error names uid",
+                    "uid": error.uid,
+                    "expected": str(error),
+                    "actual": message,
+                },
+            )
     names = {error.field} | keys
     if not any(name and name in message for name in names):
         raise ClauseMismatch(
@@ -343,7 +407,45 @@ def expect_error_naming(
                 "expected": str(error),
                 "actual": message,
             },
+            check="error_names_field",
         )
+
+
+ERROR_CHECKS = ("raises", "error_names_uid", "error_names_field")
+
+
+def _records_view(records: list[Any]) -> list[dict[str, Any]]:
+    """Framework records renamed to canonical fields (slime's packed tokens split), without
+    validation: defective records stay defective."""
+    samples = []
+    for record in records:
+        if not isinstance(record, dict):
+            continue
+        sample = {oracle_canonical_name(name): value for name, value in record.items()}
+        tokens, length = sample.get("tokens"), sample.get("response_length")
+        if isinstance(tokens, list) and isinstance(length, int) and 0 <= length <= len(tokens):
+            sample.setdefault("response_ids", tokens[len(tokens) - length :])
+        samples.append(sample)
+    return samples
+
+
+def oracle_canonical_name(name: str) -> str:
+    """The canonical field an alias stands for (itself when it is no alias)."""
+    for canonical, aliases in oracle.ALIASES.items():
+        if name in aliases:
+            return canonical
+    return name
+
+
+_NORMALIZE_FEATURES = (
+    "no_samples",
+    "empty_response",
+    "mask_holes",
+    "actionless_sample",
+    "truncated_sample",
+    "sampling_truncation",
+    "padding_nonfinite",
+)
 
 
 @clause(
@@ -357,18 +459,30 @@ def expect_error_naming(
     ops=("normalize_samples",),
     strategy=_records(),
     examples=_NORMALIZE_EXAMPLES,
+    checks=(*ERROR_CHECKS, "canonical"),
+    meets=_NORMALIZE_FEATURES,
+    case_features=lambda case: rollout_features(
+        _records_view(case["records"]), _NORMALIZE_FEATURES
+    ),
 )
 def check_normalize(ctx: Any, case: dict[str, Any]) -> None:
+    """A valid record rejected is check ``runs``; a record modified by a call that raised is
+    ``no_mutation`` (the engine checks the calls that return)."""
     records = copy.deepcopy(case["records"])
     before = freeze(((records,), {}))
     try:
         expected = oracle.normalize_samples(copy.deepcopy(records))
     except ContractError as error:
         defect = case.get("defect") or {}
-        expect_error_naming(
-            "schema.normalize", ctx, "normalize_samples", (records,), error, {defect.get("key")}
-        )
-        assert_unchanged("schema.normalize", "normalize_samples", before, freeze(((records,), {})))
+        keys = {defect.get("key")}
+        try:
+            expect_error_naming(
+                "schema.normalize", ctx, "normalize_samples", (records,), error, keys
+            )
+        finally:
+            with ctx.check("no_mutation"):
+                after = freeze(((records,), {}))
+                assert_unchanged("schema.normalize", "normalize_samples", before, after)
         return
     try:
         actual = ctx.call("normalize_samples", records)
@@ -380,9 +494,12 @@ def check_normalize(ctx: Any, case: dict[str, Any]) -> None:
                 "expected": "canonical samples",
                 "actual": failure.summary,
             },
+            check="runs",
         ) from failure
-    assert_unchanged("schema.normalize", "normalize_samples", before, freeze(((records,), {})))
-    assert_same_output("schema.normalize", "canonical samples (bit-identical)", expected, actual)
+    with ctx.check("canonical"):
+        assert_same_output(
+            "schema.normalize", "canonical samples (bit-identical)", expected, actual
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -411,12 +528,21 @@ _ALIGNMENT_EXAMPLES = (
     ops=("find_misaligned",),
     strategy=st.fixed_dictionaries({"samples": rollout_samples()}),
     examples=_ALIGNMENT_EXAMPLES,
+    checks=("misaligned_uids",),
+    meets=("no_samples", "empty_response"),
+    case_features=lambda case: rollout_features(case["samples"], ("no_samples", "empty_response")),
 )
 def check_alignment(ctx: Any, case: dict[str, Any]) -> None:
     samples = case["samples"]
     expected = oracle.find_misaligned(samples)
     actual = ctx.call("find_misaligned", copy.deepcopy(samples))
-    assert_equal("schema.alignment", "uids of misaligned samples", expected, list(actual))
+    assert_equal(
+        "schema.alignment",
+        "uids of misaligned samples",
+        expected,
+        list(actual),
+        check="misaligned_uids",
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -472,6 +598,13 @@ _OUTPUT_EXAMPLES = (
 )
 
 _PER_TOKEN = ("responses", "response_mask", "loss_mask", "rollout_logprobs")
+_OUTPUT_FEATURES = (
+    "no_samples",
+    "empty_response",
+    "mask_holes",
+    "actionless_sample",
+    "truncated_sample",
+)
 
 
 def column(batch: Any, name: str) -> Any:
@@ -487,10 +620,13 @@ def column(batch: Any, name: str) -> Any:
     return value
 
 
-def _schema_mismatch(name: str, problem: str, expected: Any, actual: Any) -> ClauseMismatch:
+def _schema_mismatch(
+    name: str, problem: str, expected: Any, actual: Any, check: str = "fields"
+) -> ClauseMismatch:
     return ClauseMismatch(
         f"[schema.output] field {name!r}: {problem}: expected {expected!r}, actual {actual!r}",
         detail={"what": f"field {name}", "expected": expected, "actual": actual},
+        check=check,
     )
 
 
@@ -553,6 +689,18 @@ def _check_layout(ctx: Any, batch: Any, columns: dict[str, list]) -> dict[str, A
     ops=("build_batch",),
     strategy=_output_case(),
     examples=_OUTPUT_EXAMPLES,
+    checks=(
+        *ERROR_CHECKS,
+        "fields",
+        "per_token",
+        "padding_zero",
+        "prompts",
+        "scores",
+        "prefilter_length",
+        "debug_fields",
+    ),
+    meets=_OUTPUT_FEATURES,
+    case_features=lambda case: rollout_features(case["samples"], _OUTPUT_FEATURES),
 )
 def check_output(ctx: Any, case: dict[str, Any]) -> None:
     samples = case["samples"]
@@ -570,13 +718,43 @@ def check_output(ctx: Any, case: dict[str, Any]) -> None:
     lengths = [len(r) for r in columns["responses"]]
     for name in _PER_TOKEN:
         actual = unpad_right(fields[name], lengths)
-        if name == "rollout_logprobs":
-            assert_rows_close(
-                "schema.output", name, columns[name], actual, uids=ids, tolerance=ctx.tolerance
-            )
-        else:
-            assert_rows_equal("schema.output", name, columns[name], actual, uids=ids)
-        assert_padding_zero("schema.output", name, fields[name], lengths, ids)
+        with ctx.check("per_token"):
+            if name == "rollout_logprobs":
+                assert_rows_close(
+                    "schema.output", name, columns[name], actual, uids=ids, tolerance=ctx.tolerance
+                )
+            else:
+                assert_rows_equal("schema.output", name, columns[name], actual, uids=ids)
+        with ctx.check("padding_zero"):
+            assert_padding_zero("schema.output", name, fields[name], lengths, ids)
+    with ctx.check("prompts"):
+        _check_prompts(columns, fields, ids)
+    with ctx.check("scores"):
+        assert_rows_close(
+            "schema.output",
+            "scores",
+            [[s] for s in columns["scores"]],
+            [[s] for s in fields["scores"].tolist()],
+            uids=ids,
+            tolerance=ctx.tolerance,
+        )
+    with ctx.check("prefilter_length"):
+        assert_equal(
+            "schema.output",
+            "prefilter_length",
+            columns["prefilter_length"],
+            fields["prefilter_length"].tolist(),
+        )
+    for name, (kind, _, _) in oracle.BATCH_SCHEMA.items():
+        if kind == "non_tensor":
+            with ctx.check("debug_fields"):
+                assert_same_output(
+                    "schema.output", f"debug field {name!r}", columns[name], fields[name]
+                )
+
+
+def _check_prompts(columns: dict[str, list], fields: dict[str, Any], ids: list[Any]) -> None:
+    """Prompts left-padded: the real ids end at the last column, 0 before them."""
     prompt_lengths = [len(r) for r in columns["prompts"]]
     prompt_rows = [list(reversed(r)) for r in fields["prompts"].tolist()]
     reversed_prompts = [list(reversed(r)) for r in columns["prompts"]]
@@ -590,24 +768,5 @@ def check_output(ctx: Any, case: dict[str, Any]) -> None:
     for uid, row, n in zip(ids, prompt_rows, prompt_lengths):
         if any(v != 0 for v in row[n:]):
             raise _schema_mismatch(
-                "prompts", f"left padding is not 0 for sample uid={uid!r}", 0, row[n:]
-            )
-    assert_rows_close(
-        "schema.output",
-        "scores",
-        [[s] for s in columns["scores"]],
-        [[s] for s in fields["scores"].tolist()],
-        uids=ids,
-        tolerance=ctx.tolerance,
-    )
-    assert_equal(
-        "schema.output",
-        "prefilter_length",
-        columns["prefilter_length"],
-        fields["prefilter_length"].tolist(),
-    )
-    for name, (kind, _, _) in oracle.BATCH_SCHEMA.items():
-        if kind == "non_tensor":
-            assert_same_output(
-                "schema.output", f"debug field {name!r}", columns[name], fields[name]
+                "prompts", f"left padding is not 0 for sample uid={uid!r}", 0, row[n:], "prompts"
             )

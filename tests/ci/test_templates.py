@@ -90,10 +90,13 @@ def test_github_workflow_wires_reports_to_the_script_outputs():
     job = workflow["jobs"]["certify"]
     out = job["env"]["RLC_OUT"]
     steps = {step.get("name"): step for step in job["steps"]}
-    assert (
-        steps["Certify the postprocess contract"]["run"].strip() == "bash ci/rlconform-certify.sh"
-    )
-    upload = steps["Upload reports"]
+    certify = steps["Certify the postprocess contract (with the committed baseline)"]
+    regenerate = steps["Regenerate the baseline"]
+    assert certify["run"].strip() == regenerate["run"].strip() == "bash ci/rlconform-certify.sh"
+    assert job["env"]["RLC_BASELINE"] == "rlconform-baseline.toml"
+    assert regenerate["env"]["RLC_WRITE_BASELINE"].startswith(out + "/")
+    assert "regenerate_baseline" in regenerate["if"] and "regenerate_baseline" in certify["if"]
+    upload = steps["Upload reports (and a regenerated baseline)"]
     assert upload["if"] == "always()" and upload["with"]["path"].rstrip("/") == out
     junit = steps["Publish JUnit"]
     assert junit["if"] == "always()" and junit["with"]["report_paths"] == f"{out}/rlc-junit.xml"
@@ -118,3 +121,52 @@ def test_script_writes_the_files_the_templates_publish(tmp_path):
         "rlc-report.json",
         "rlc-summary.md",
     ]
+
+
+def test_fork_workflow_regenerate_then_certify_with_the_committed_baseline(tmp_path):
+    """A scratch fork: regenerate its baseline, commit it, certify with it; a new break of
+    another check fails, and so does a stale entry once the inherited break is fixed."""
+    fork = tmp_path / "fork"
+    fork.mkdir()
+    common = {"RLC_ONLY": "reward.place_last", "RLC_OUT": "out"}
+    regenerate = _run(
+        "rlconform-certify.sh",
+        fork,
+        RLC_TARGET="tests.engine.targets:edge_reward_target",
+        RLC_WRITE_BASELINE="rlconform-baseline.toml",
+        **common,
+    )
+    assert regenerate.returncode == 0, regenerate.stdout + regenerate.stderr
+    baseline = (fork / "rlconform-baseline.toml").read_text()
+    assert 'clause = "reward.place_last"' in baseline and '"empty_response"' in baseline
+
+    inherited = _run(
+        "rlconform-certify.sh", fork, RLC_TARGET="tests.engine.targets:edge_reward_target", **common
+    )
+    assert inherited.returncode == 0, inherited.stdout + inherited.stderr
+    report = json.loads((fork / "out" / "rlc-report.json").read_text())
+    assert report["clauses"][0]["status"] == "deviation"
+    assert report["target"]["baselines"] == "rlconform-baseline.toml"
+
+    new_break = _run(
+        "rlconform-certify.sh",
+        fork,
+        RLC_TARGET="tests.engine.targets:broken_reward_target",
+        **common,
+    )
+    assert new_break.returncode == 1
+    fixed = _run("rlconform-certify.sh", fork, RLC_TARGET="torchref", **common)
+    assert fixed.returncode == 1
+    (entry,) = json.loads((fork / "out" / "rlc-report.json").read_text())["clauses"]
+    assert "stale deviation" in entry["message"]
+
+    # --fail-on nominal: the inherited edge break would not fail the job even undeclared.
+    (fork / "rlconform-baseline.toml").unlink()
+    lenient = _run(
+        "rlconform-certify.sh",
+        fork,
+        RLC_TARGET="tests.engine.targets:edge_reward_target",
+        RLC_FAIL_ON="nominal",
+        **common,
+    )
+    assert lenient.returncode == 0, lenient.stdout + lenient.stderr

@@ -123,7 +123,7 @@ def partitions_in_input_order_reversed(self, seqlens, k, equal_size):
 
 def test_union_silent_overwrite_is_caught(torchref):
     result = assert_caught(with_overrides(torchref, batch_union=union_overwriting), "batch.union")
-    assert "silent overwrite" in result.message
+    assert "silent overwrite" in result.message and result.check == "conflict_raises"
 
 
 def test_union_partial_mutation_is_caught(torchref):
@@ -131,7 +131,7 @@ def test_union_partial_mutation_is_caught(torchref):
         with_overrides(torchref, batch_union=union_in_place_partial), batch_union_in_place=True
     )
     result = assert_caught(broken, "batch.union")
-    assert "failed union" in result.message
+    assert "failed union" in result.message and result.check == "no_partial_merge"
 
 
 def test_declared_in_place_union_passes(torchref):
@@ -142,7 +142,8 @@ def test_declared_in_place_union_passes(torchref):
 
 
 def test_in_place_union_undeclared_is_caught(torchref):
-    assert_caught(with_overrides(torchref, batch_union=union_in_place_checked), "batch.union")
+    broken = with_overrides(torchref, batch_union=union_in_place_checked)
+    assert assert_caught(broken, "batch.union").check == "no_mutation"
 
 
 def test_reorder_leaving_non_tensors_is_caught(torchref):
@@ -150,17 +151,19 @@ def test_reorder_leaving_non_tensors_is_caught(torchref):
         with_overrides(torchref, batch_reorder=reorder_tensors_only), "batch.row_ops"
     )
     assert "reorder" in result.message and "uid=" in result.message
+    assert result.check == "reorder"
 
 
 def test_chunk_splitting_meta_is_caught(torchref):
     result = assert_caught(
         with_overrides(torchref, batch_chunk=chunk_splitting_meta), "batch.row_ops"
     )
-    assert "global_token_num" in result.message
+    assert "global_token_num" in result.message and result.check == "chunk"
 
 
 def test_pad_from_tail_is_caught(torchref):
-    assert_caught(with_overrides(torchref, batch_pad_to_divisor=pad_from_tail), "batch.pad_divisor")
+    broken = with_overrides(torchref, batch_pad_to_divisor=pad_from_tail)
+    assert assert_caught(broken, "batch.pad_divisor").check == "padded_rows"
 
 
 def test_pad_with_zeros_is_caught(torchref):
@@ -170,14 +173,15 @@ def test_pad_with_zeros_is_caught(torchref):
 
 
 def test_unpad_leaving_a_pad_row_is_caught(torchref):
-    assert_caught(with_overrides(torchref, batch_unpad=unpad_one_row_short), "batch.pad_divisor")
+    broken = with_overrides(torchref, batch_unpad=unpad_one_row_short)
+    assert assert_caught(broken, "batch.pad_divisor").check == "unpad"
 
 
 def test_sample_mean_counting_pad_rows_is_caught(torchref):
     result = assert_caught(
         with_overrides(torchref, batch_sample_mean=sample_mean_with_pad_rows), "batch.pad_divisor"
     )
-    assert "real rows" in result.message
+    assert "real rows" in result.message and result.check == "sample_mean"
 
 
 def test_balance_duplicating_an_index_is_caught(torchref):
@@ -185,14 +189,14 @@ def test_balance_duplicating_an_index_is_caught(torchref):
         with_overrides(torchref, seqlen_partitions=partitions_with_duplicate),
         "batch.seqlen_balance",
     )
-    assert "repeated" in result.message
+    assert "repeated" in result.message and result.check == "partition"
 
 
 def test_workload_in_int32_is_caught(torchref):
     result = assert_caught(
         with_overrides(torchref, seqlen_workload=workload_int32), "batch.seqlen_balance"
     )
-    assert "L=" in result.message
+    assert "L=" in result.message and result.check == "workload"
 
 
 def test_balance_worse_than_input_order_is_caught(torchref):
@@ -200,4 +204,41 @@ def test_balance_worse_than_input_order_is_caught(torchref):
         with_overrides(torchref, seqlen_partitions=partitions_in_input_order_reversed),
         "batch.seqlen_balance",
     )
-    assert "worse than" in result.message
+    assert "worse than" in result.message and result.check == "balance"
+
+
+def union_with_torch_equal(self, a, b):
+    """verl's comparison: torch.equal, under which a NaN-holding tensor never equals itself."""
+    for key in set(a.tensors.keys()) & set(b.tensors.keys()):
+        if not torch.equal(a.tensors[key], b.tensors[key]):
+            raise ValueError(f"{key} differs")
+    return self.batch_union(a, b)
+
+
+def reorder_in_place(self, batch, indices):
+    """verl's DataProto.reorder: the input container's rows are reordered; returns None."""
+    reordered = self.batch_reorder(batch, indices)
+    batch.tensors, batch.non_tensors = reordered.tensors, reordered.non_tensors
+
+
+def test_union_comparing_with_torch_equal_is_caught_on_nan_padding(torchref):
+    result = assert_caught(
+        with_overrides(torchref, batch_union=union_with_torch_equal), "batch.union"
+    )
+    assert result.check == "accepts_equal" and result.severity == "hardening"
+    assert "padding_nonfinite" in result.features
+
+
+def test_declared_in_place_reorder_passes(torchref):
+    in_place = _with_profile(
+        with_overrides(torchref, batch_reorder=reorder_in_place), batch_reorder_in_place=True
+    )
+    result = certify_one(in_place, "batch.row_ops")
+    assert result.status == "pass", result.message
+
+
+def test_in_place_reorder_undeclared_is_caught(torchref):
+    result = assert_caught(
+        with_overrides(torchref, batch_reorder=reorder_in_place), "batch.row_ops"
+    )
+    assert result.check == "no_mutation", result.message

@@ -78,7 +78,7 @@ def normalize_over_all_scored_samples(self, samples, config=None, scope="batch")
 def test_merged_reasons_are_caught(torchref):
     broken = with_overrides(torchref, filter_samples=filter_merging_failure_reasons)
     result = assert_caught(broken, "filter.reasons")
-    assert "uid=" in result.message
+    assert "uid=" in result.message and result.check == "reason"
 
 
 def test_unscored_as_zero_reward_is_caught(torchref):
@@ -93,21 +93,22 @@ def test_wrong_reason_order_is_caught(torchref):
 
 def test_reordered_kept_samples_are_caught(torchref):
     broken = with_overrides(torchref, filter_samples=filter_sorting_kept_by_reward)
-    assert_caught(broken, "filter.order")
+    assert assert_caught(broken, "filter.order").check == "kept_order"
 
 
 def test_dropped_tokens_counted_as_kept_are_caught(torchref):
     broken = with_overrides(torchref, filter_samples=filter_counting_dropped_tokens_as_kept)
     result = assert_caught(broken, "filter.stats")
-    assert "kept_tokens" in result.message
+    assert "kept_tokens" in result.message and result.check == "token_counts"
 
 
 def test_float32_filter_rate_at_threshold_is_caught(torchref):
     broken = with_overrides(torchref, filter_samples=filter_with_float32_rate)
     result = assert_caught(broken, "filter.stats")
-    assert "alert" in result.message
+    assert "alert" in result.message and result.check == "alert"
+    assert result.severity == "nominal", result.features
 
 
 def test_statistics_over_dropped_samples_are_caught(torchref):
     broken = with_overrides(torchref, normalize_kept_rewards=normalize_over_all_scored_samples)
-    assert_caught(broken, "filter.before_normalize")
+    assert assert_caught(broken, "filter.before_normalize").check == "values"

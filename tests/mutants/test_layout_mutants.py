@@ -58,34 +58,71 @@ def unpad_by_pad_id(self, batch, **kwargs):
     return ragged
 
 
+def unpad_reading_the_logprob_padding(self, batch, **kwargs):
+    """Log-probs cut after the last finite nonzero value when that lies past the attention
+    mask: zero padding is skipped, but finite garbage in the padding is read as data."""
+    ragged = self.unpad_batch(batch, **kwargs)
+    rows = []
+    for row, kept in zip(batch["rollout_logprobs"], ragged["rollout_logprobs"]):
+        data = ((row != 0) & row.isfinite()).nonzero().flatten().tolist()
+        rows.append(row[: max([len(kept)] + [t + 1 for t in data])])
+    ragged["rollout_logprobs"] = rows
+    return ragged
+
+
+def unpack_reading_the_tail(self, packed, **kwargs):
+    """The last sample runs to the end of the packed row, tail padding included."""
+    ragged = self.unpack_batch(packed, **kwargs)
+    total = int(packed["cu_seqlens"][-1])
+    for key, rows in ragged.items():
+        if rows:
+            rows[-1] = torch.cat([rows[-1], packed[key].reshape(-1)[total:]])
+    return ragged
+
+
 def test_position_ids_counting_left_padding_is_caught(torchref):
     broken = with_overrides(torchref, pad_batch=positions_counting_left_padding)
-    assert "position_ids" in assert_caught(broken, "layout.pad").message
+    result = assert_caught(broken, "layout.pad")
+    assert "position_ids" in result.message and result.check == "position_ids"
 
 
 def test_right_padded_prompts_are_caught(torchref):
     broken = with_overrides(torchref, pad_batch=prompts_right_padded)
-    assert_caught(broken, "layout.pad")
+    assert assert_caught(broken, "layout.pad").check == "token_ids"
 
 
 def test_position_ids_not_restarting_per_sample_are_caught(torchref):
     broken = with_overrides(torchref, pack_batch=positions_not_restarting)
-    assert "position_ids" in assert_caught(broken, "layout.pack").message
+    result = assert_caught(broken, "layout.pack")
+    assert "position_ids" in result.message and result.check == "position_ids"
 
 
 def test_attention_across_samples_is_caught(torchref):
     broken = with_overrides(torchref, pack_batch=one_segment_for_all)
-    assert "segment" in assert_caught(broken, "layout.pack").message
+    result = assert_caught(broken, "layout.pack")
+    assert "segment" in result.message and result.check == "no_cross_attention"
 
 
 def test_unpad_dropping_last_token_is_caught(torchref):
     broken = with_overrides(torchref, unpad_batch=unpad_dropping_last_token)
-    assert_caught(broken, "layout.roundtrip")
+    assert assert_caught(broken, "layout.roundtrip").check == "pad_roundtrip"
 
 
 def test_unpack_dropping_last_token_is_caught(torchref):
     broken = with_overrides(torchref, unpack_batch=unpack_dropping_last_token)
-    assert_caught(broken, "layout.roundtrip")
+    assert assert_caught(broken, "layout.roundtrip").check == "pack_roundtrip"
+
+
+def test_unpad_reading_garbage_padding_is_caught(torchref):
+    broken = with_overrides(torchref, unpad_batch=unpad_reading_the_logprob_padding)
+    result = assert_caught(broken, "layout.roundtrip")
+    assert result.check == "garbage_padding" and result.severity == "nominal", result.message
+    assert "padding_finite" in result.features
+
+
+def test_unpack_reading_the_tail_is_caught(torchref):
+    broken = with_overrides(torchref, unpack_batch=unpack_reading_the_tail)
+    assert assert_caught(broken, "layout.roundtrip").check == "tail_padding"
 
 
 def test_unpad_by_pad_id_is_caught(torchref):

@@ -130,3 +130,64 @@ def test_top_k_ties_profile_decides_the_tie_example():
 
     broken = with_overrides(exact, sampling_logprobs=sampling_logprobs_keeping_ties)
     assert_caught(broken, "logprob.sampling_distribution")
+
+
+def entropy_mean_dividing_by_the_valid_count(self, logits, mask):
+    """token-mean without a guard: no valid position gives 0 / 0 = NaN instead of 0."""
+    valid = mask.bool()
+    per_token = torch.where(valid, self.entropy_from_logits(logits), 0.0)
+    return per_token.sum() / valid.sum()
+
+
+def test_entropy_mean_of_no_valid_position_must_be_zero(torchref):
+    broken = with_overrides(torchref, entropy_mean=entropy_mean_dividing_by_the_valid_count)
+    result = assert_caught(broken, "entropy.from_logits")
+    assert result.check == "empty_mean" and result.severity == "edge", result.message
+
+
+def sampling_logprobs_unmasked(
+    self, logits, responses, response_mask, temperature=1.0, top_k=-1, top_p=1.0
+):
+    """Log-probs of whatever token id sits in the padding, not zeroed there."""
+    ones = torch.ones_like(response_mask)
+    return self.sampling_logprobs(logits, responses, ones, temperature, top_k, top_p)
+
+
+def test_padding_not_zeroed_is_caught(torchref):
+    broken = with_overrides(torchref, sampling_logprobs=sampling_logprobs_unmasked)
+    result = assert_caught(broken, "logprob.sampling_distribution")
+    assert result.check == "padding_zero" and result.severity == "nominal", result.message
+
+
+def sampling_logprobs_keeping_the_tied_token(
+    self, logits, responses, response_mask, temperature=1.0, top_k=-1, top_p=1.0
+):
+    """SGLang's boundary: keep a token while the mass before it is <= top_p (not <)."""
+    return self.sampling_logprobs(
+        logits, responses, response_mask, temperature, top_k, min(1.0, top_p * (1 + 1e-6))
+    )
+
+
+def test_top_p_exact_ties_are_out_of_contract(torchref):
+    """Generated thresholds stay clear of every cumulative mass: moving top_p by a relative
+    1e-6 (what decides an exact tie) never changes a generated case's support."""
+    variant = with_overrides(torchref, sampling_logprobs=sampling_logprobs_keeping_the_tied_token)
+    assert certify_one(variant, "logprob.sampling_distribution").status == "pass"
+
+
+def test_generated_top_p_stays_clear_of_every_cumulative_mass():
+    from hypothesis import given, settings
+
+    from rlconform.conformance.clauses import logprob as clauses
+
+    @settings(max_examples=60, derandomize=True, database=None, deadline=None)
+    @given(clauses._sampling_case())
+    def clear(case):
+        for sample in case["samples"]:
+            for row in sample["logits"]:
+                margin = clauses._top_p_margin(
+                    row, case["temperature"], case["top_k"], case["top_p"]
+                )
+                assert margin >= clauses._TOP_P_MARGIN
+
+    clear()

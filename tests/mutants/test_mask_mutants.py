@@ -25,6 +25,16 @@ def response_mask_without_layout_check(self, attention_mask, response_width):
     return attention_mask[:, attention_mask.shape[-1] - response_width :].clone()
 
 
+def response_mask_checking_the_prompt_only(self, attention_mask, response_width):
+    """Checks values and the prompt part, but reads any response part as a mask (a
+    left-padded or holed response slips through)."""
+    mask = attention_mask.to(torch.int64)
+    prompt = mask[:, : mask.shape[-1] - response_width]
+    if bool(((mask != 0) & (mask != 1)).any()) or bool((prompt[:, 1:] < prompt[:, :-1]).any()):
+        raise ValueError("attention_mask violates the padded layout")
+    return mask[:, mask.shape[-1] - response_width :].clone()
+
+
 def rejection_without_message(self, attention_mask, response_width):
     try:
         return self.response_mask_from_attention(attention_mask, response_width)
@@ -83,7 +93,16 @@ def test_layout_violation_silently_used_is_caught(torchref):
         torchref, response_mask_from_attention=response_mask_without_layout_check
     )
     result = assert_caught(broken, "mask.response_from_attention")
-    assert "not detected" in result.message
+    assert "not detected" in result.message and result.check == "rejects_violation"
+
+
+def test_unchecked_response_part_is_caught(torchref):
+    broken = with_overrides(
+        torchref, response_mask_from_attention=response_mask_checking_the_prompt_only
+    )
+    result = assert_caught(broken, "mask.response_from_attention")
+    assert result.check == "rejects_violation" and result.severity == "hardening"
+    assert "not right-padded" in result.message
 
 
 def test_rejection_without_message_is_caught(torchref):
@@ -95,16 +114,20 @@ def test_masked_mean_over_all_positions_is_caught(torchref):
     broken = with_overrides(torchref, masked_mean=masked_mean_over_all_positions)
     result = assert_caught(broken, "mask.loss")
     assert "masked mean" in result.message
+    assert result.check == "masked_mean" and result.severity == "nominal"
 
 
 def test_masked_mean_leaking_nan_is_caught(torchref):
     broken = with_overrides(torchref, masked_mean=masked_mean_multiplying_mask)
-    assert_caught(broken, "mask.loss")
+    result = assert_caught(broken, "mask.loss")
+    assert result.check == "masked_mean" and result.severity == "hardening"
 
 
 def test_valid_mask_reading_padding_is_caught(torchref):
     broken = with_overrides(torchref, valid_token_mask=valid_mask_reading_padded_loss_mask)
-    assert "padding is not zero" in assert_caught(broken, "mask.loss").message
+    result = assert_caught(broken, "mask.loss")
+    assert "padding is not zero" in result.message
+    assert result.check == "valid_padding" and "layout_violation" in result.features
 
 
 def test_valid_mask_ignoring_keep_is_caught(torchref):

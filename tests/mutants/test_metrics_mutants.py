@@ -84,13 +84,15 @@ def test_length_mean_without_aborted_is_caught(torchref):
         "metrics.response_length",
     )
     assert "response_length/mean" in result.message
+    assert result.check == "all_samples" and result.severity == "edge"
 
 
 def test_clip_ratio_against_longest_is_caught(torchref):
-    assert_caught(
+    result = assert_caught(
         with_overrides(torchref, response_length_metrics=clip_ratio_against_longest),
         "metrics.response_length",
     )
+    assert result.check == "clip_ratio" and result.severity == "nominal"
 
 
 def test_std_with_ddof_1_is_caught(torchref):
@@ -98,6 +100,7 @@ def test_std_with_ddof_1_is_caught(torchref):
         with_overrides(torchref, validation_metrics=std_with_ddof_1), "metrics.validation_at_n"
     )
     assert "std@" in result.message and "uid=" in result.message
+    assert result.check == "std" and result.severity == "nominal"
 
 
 def test_best_without_replacement_is_caught(torchref):
@@ -105,7 +108,7 @@ def test_best_without_replacement_is_caught(torchref):
         with_overrides(torchref, validation_metrics=best_without_replacement),
         "metrics.validation_at_n",
     )
-    assert "best@" in result.message
+    assert "best@" in result.message and result.check == "bootstrap"
 
 
 def test_maj_ties_to_best_value_is_caught(torchref):
@@ -113,14 +116,14 @@ def test_maj_ties_to_best_value_is_caught(torchref):
         with_overrides(torchref, validation_metrics=maj_ties_to_best_value),
         "metrics.validation_at_n",
     )
-    assert "maj@" in result.message
+    assert "maj@" in result.message and result.check == "bootstrap"
 
 
 def test_reduce_mean_for_max_key_is_caught(torchref):
     result = assert_caught(
         with_overrides(torchref, reduce_metrics=reduce_mean_for_max), "metrics.reduce"
     )
-    assert "max" in result.message
+    assert "max" in result.message and result.check == "reduction"
 
 
 def test_accounting_dropped_as_kept_is_caught(torchref):
@@ -128,4 +131,4 @@ def test_accounting_dropped_as_kept_is_caught(torchref):
         with_overrides(torchref, token_accounting=accounting_dropped_as_kept),
         "metrics.token_accounting",
     )
-    assert "kept" in result.message
+    assert "kept" in result.message and result.check == "kept"

@@ -5,8 +5,10 @@ from __future__ import annotations
 import torch
 
 from rlconform.adapters.base import with_overrides
+from rlconform.conformance.clauses.purity import PURITY_FILTER_CONFIG
+from rlconform.oracle import filter as filter_oracle
 from rlconform.oracle.schema import ALIASES
-from tests.conftest import assert_caught, certify_one
+from tests.conftest import assert_caught
 
 
 def normalize_renaming_in_place(self, records):
@@ -65,21 +67,61 @@ def test_filter_editing_callers_samples_is_caught(torchref):
 def test_place_reward_writing_its_input_is_caught(torchref):
     broken = with_overrides(torchref, place_reward_last=place_reward_consuming_scores)
     result = assert_caught(broken, "purity.no_mutation")
-    assert "uid=" in result.message
+    assert "place_reward_last modified its input at args[0]" in result.message
+    assert result.check == "no_mutation"
 
 
 def test_nondeterministic_op_is_caught(torchref):
     broken = with_overrides(torchref, place_reward_last=place_reward_with_noise)
-    assert_caught(broken, "purity.deterministic")
-    # The noise is within tolerance: only the purity clause can see it.
-    assert certify_one(broken, "reward.place_last").status == "pass"
+    result = assert_caught(broken, "purity.deterministic")
+    assert result.check == "deterministic"
+    # The noise is within tolerance: the value checks of reward.place_last accept it, only
+    # the engine's determinism check on its pinned examples sees it.
+    placed = assert_caught(broken, "reward.place_last")
+    assert placed.check == "deterministic", placed.message
 
 
 def test_non_idempotent_normalize_is_caught(torchref):
     broken = with_overrides(torchref, normalize_samples=normalize_prepending_bos)
-    assert_caught(broken, "purity.idempotent")
+    assert assert_caught(broken, "purity.idempotent").check == "idempotent"
 
 
 def test_position_dependent_grouping_is_caught(torchref):
     broken = with_overrides(torchref, normalize_kept_rewards=normalize_rewards_grouped_by_position)
-    assert_caught(broken, "purity.order")
+    result = assert_caught(broken, "purity.order")
+    assert result.check == "order" and result.severity == "nominal"
+
+
+def _rollout(uid: str, reward: float, response: list[int]) -> dict:
+    n = len(response)
+    return {
+        "uid": uid,
+        "group": "g0",
+        "prompt_ids": [1],
+        "response_ids": response,
+        "rollout_logprobs": [-0.5] * n,
+        "loss_mask": [1] * n,
+        "reward": reward,
+        "status": "completed",
+    }
+
+
+def test_idempotence_needs_the_outlier_filter_off():
+    """With |z| > 1 outlier rejection a correct filter is not idempotent ([0, 1, 1, 1, 10]:
+    10 goes first, then 0 is an outlier of the rest), so purity.idempotent runs with it off."""
+    samples = [_rollout(f"s{i}", r, [i]) for i, r in enumerate([0.0, 1.0, 1.0, 1.0, 10.0])]
+    with_outliers = {"reward_outlier_z": 1.0}
+    once = filter_oracle.filter_samples(samples, with_outliers)["kept"]
+    twice = filter_oracle.filter_samples(once, with_outliers)["kept"]
+    assert [s["uid"] for s in once] != [s["uid"] for s in twice]
+    assert PURITY_FILTER_CONFIG.get("reward_outlier_z") is None
+
+
+def test_order_needs_duplicate_removal_off():
+    """With duplicate removal a correct filter keeps the first of two identical responses,
+    so permuting the input changes which uid survives: purity.order runs with it off."""
+    a, b = _rollout("a", 1.0, [7, 7]), _rollout("b", 0.0, [7, 7])
+    kept = filter_oracle.filter_samples([a, b], {"drop_duplicates": True})["kept"]
+    kept_permuted = filter_oracle.filter_samples([b, a], {"drop_duplicates": True})["kept"]
+    assert [s["uid"] for s in kept] != [s["uid"] for s in kept_permuted]
+    assert PURITY_FILTER_CONFIG["drop_duplicates"] is False

@@ -68,42 +68,43 @@ def test_error_without_uid_is_caught(torchref):
     broken = with_overrides(torchref, normalize_samples=normalize_without_uid_in_errors)
     result = assert_caught(broken, "schema.normalize")
     assert "does not name the sample uid" in result.message
+    assert result.check == "error_names_uid"
 
 
 def test_renaming_in_place_is_caught(torchref):
     broken = with_overrides(torchref, normalize_samples=normalize_renaming_in_place)
     result = assert_caught(broken, "schema.normalize")
-    assert "modified its input" in result.message
+    assert "modified its input" in result.message and result.check == "no_mutation"
 
 
 def test_numeric_change_is_caught(torchref):
     broken = with_overrides(torchref, normalize_samples=normalize_rounding_logprobs_to_float32)
-    assert_caught(broken, "schema.normalize")
+    assert assert_caught(broken, "schema.normalize").check == "canonical"
 
 
 def test_missing_alias_is_caught(torchref):
     broken = with_overrides(torchref, normalize_samples=normalize_ignoring_roll_reward_alias)
     result = assert_caught(broken, "schema.normalize")
-    assert "rejected valid records" in result.message
+    assert "rejected valid records" in result.message and result.check == "runs"
 
 
 def test_alignment_ignoring_loss_mask_is_caught(torchref):
     broken = with_overrides(torchref, find_misaligned=misaligned_by_logprobs_only)
-    assert_caught(broken, "schema.alignment")
+    assert assert_caught(broken, "schema.alignment").check == "misaligned_uids"
 
 
 def test_batch_without_debug_field_is_caught(torchref):
     broken = with_overrides(torchref, build_batch=batch_without_raw_reward)
     result = assert_caught(broken, "schema.output")
-    assert "raw_reward" in result.message
+    assert "raw_reward" in result.message and result.check == "fields"
 
 
 def test_batch_with_loss_mask_in_padding_is_caught(torchref):
     broken = with_overrides(torchref, build_batch=batch_with_loss_mask_in_padding)
-    assert_caught(broken, "schema.output")
+    assert assert_caught(broken, "schema.output").check == "padding_zero"
 
 
 def test_batch_scoring_unscored_as_zero_is_caught(torchref):
     broken = with_overrides(torchref, build_batch=batch_accepting_unscored)
     result = assert_caught(broken, "schema.output")
-    assert "accepted bad input" in result.message
+    assert "accepted bad input" in result.message and result.check == "raises"

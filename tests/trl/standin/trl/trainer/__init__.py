@@ -1,0 +1,1 @@
+"""Stand-in: trl.trainer."""
