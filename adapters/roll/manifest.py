@@ -47,7 +47,7 @@ PROFILE = Profile(
         "batch_reorder_in_place": True,  # DataProto.reorder works in place
         # DataProto.chunk splits like np.array_split (always k pieces, sizes differing by
         # at most one): the contract's nearest policy is "ceil" (same on 5 rows / 2, not on
-        # 4 rows / 3, where ROLL gives 2, 1, 1); see the certification report.
+        # 4 rows / 3, where ROLL gives 2, 1, 1: a declared break, batch.row_ops/chunk_uneven).
         "batch_chunk_uneven": "ceil",  # reward_norm group mean of a group of one is its own score
     },
 )

@@ -428,3 +428,26 @@ def test_finding_actor_loss_of_zero_rows_raises(roll):
     data = roll._actor_data(layout, torch.zeros(0, 2), torch.zeros(0, 2), mask, mask, False)
     with pytest.raises(RuntimeError, match="numel"):
         worker.loss_func(data, torch.zeros(0, layout.width - 1))
+
+
+def test_finding_failed_union_leaves_the_first_batch_half_merged(roll):
+    """DataProto.union: the second batch's new key lands in the first one before the shared
+    key is found unequal and the assertion fires."""
+    a = _proto(roll, score=torch.tensor([1.0, 2.0]))
+    b = _proto(roll, ids=torch.tensor([3, 4]), score=torch.tensor([1.0, 9.0]))
+    with pytest.raises(AssertionError):
+        a.union(b)
+    assert "ids" in a.batch.keys()
+
+
+def test_finding_chunk_always_gives_k_pieces(roll):
+    """DataProto.chunk(3) of 4 rows: pieces of 2, 1, 1 (neither 'error' nor 'ceil')."""
+    data = _proto(roll, ids=torch.arange(4))
+    assert [len(piece) for piece in data.chunk(3)] == [2, 1, 1]
+
+
+def test_finding_entropy_mean_of_no_valid_token_is_nan(roll):
+    """agg_loss(..., "token-mean") with its default batch_num_tokens = mask.sum() = 0, on the
+    entropy op_compute_entropy already zeroed at the masked positions: 0 / 0."""
+    value = roll.F.agg_loss(torch.zeros(1, 2), torch.zeros(1, 2), "token-mean")
+    assert math.isnan(value.item())
