@@ -245,7 +245,11 @@ def _log_ratio_features(sample: dict[str, Any], mask: list[int]) -> set[str]:
 
 
 def _sample_features(
-    sample: dict[str, Any], mask: list[int], value_fields: set[str], reward_fields: set[str]
+    sample: dict[str, Any],
+    mask: list[int],
+    value_fields: set[str],
+    reward_fields: set[str],
+    bootstraps: bool = True,
 ) -> set[str]:
     found: set[str] = set()
     if not mask:
@@ -254,11 +258,8 @@ def _sample_features(
         found.add("actionless_sample")
     if 0 in mask:
         found.add("mask_holes")
-    if (
-        sample.get("terminated") is False
-        or sample.get("truncated") is True
-        or sample.get("status") == "truncated"
-    ):
+    truncated = sample.get("terminated") is False and bootstraps
+    if truncated or sample.get("truncated") is True or sample.get("status") == "truncated":
         found.add("truncated_sample")
     for name in value_fields | reward_fields:
         row = sample.get(name)
@@ -349,8 +350,11 @@ def _batch_features(case: dict[str, Any], samples: list[dict[str, Any]]) -> set[
     if width == 0 and samples:
         found.add("zero_width")
     value_fields, reward_fields = _token_fields(samples, masks)
+    params = case.get("params")
+    # a case whose params switch the bootstrap off treats every sample as terminated
+    bootstraps = not (isinstance(params, dict) and params.get("bootstrap") is False)
     for sample, mask in zip(samples, masks):
-        found |= _sample_features(sample, mask, value_fields, reward_fields)
+        found |= _sample_features(sample, mask, value_fields, reward_fields, bootstraps)
         if width is None or width <= len(mask):
             continue
         if value_fields:

@@ -185,12 +185,14 @@ class _Exploration(Observer):
             message = getattr(failure, "message", str(failure))
             self.observed[index] = _Observation(rank, case_features, message, self._case)
 
-    def run(self, domain: str) -> _Failure | None:
-        """Explore at ``domain`` or milder; the uncovered failure that stopped it, or None."""
+    def run(self, domain: str, *, pinned: bool = True) -> _Failure | None:
+        """Explore at ``domain`` or milder (without the pinned examples when ``pinned`` is
+        False: generated failures are shrunk, pinned ones are not); the uncovered failure
+        that stopped it, or None."""
         run_profile: RunProfile = self.options["run_profile"]
         try:
             with feats.restricted(domain), time_limit(run_profile.clause_time_limit_s):
-                self._explore(domain)
+                self._explore(domain, pinned)
         except _TimeLimitExceeded:
             return _Failure(
                 "error", f"timed out after {run_profile.clause_time_limit_s:g} s", graded=False
@@ -225,7 +227,7 @@ class _Exploration(Observer):
             graded=False,
         )
 
-    def _explore(self, domain: str) -> None:
+    def _explore(self, domain: str, use_pinned: bool = True) -> None:
         clause, ctx = self.clause, self.ctx
         strategy = resolve_strategy(clause, self.target)
         if strategy is None:
@@ -233,7 +235,7 @@ class _Exploration(Observer):
             ctx.case_features, ctx.pinned = frozenset(), True
             self._check(None)
             return
-        pinned = pinned_cases(clause)
+        pinned = pinned_cases(clause) if use_pinned else []
         limit = feats.domain_rank(domain)
         if limit < feats.domain_rank("hardening"):
             pinned = [c for c in pinned if feats.domain_rank(case_domain(clause, c)) <= limit]
@@ -365,16 +367,31 @@ def _invalid_entries(clause: Clause, entries: list[Deviation]) -> str | None:
 
 
 def _grade(clause: Clause, exploration: _Exploration, failure: _Failure) -> tuple[_Failure, str]:
-    """Explore again on the milder domains: the mildest one that still fails."""
-    found = case_domain(clause, failure.case) if failure.case is not None else "nominal"
+    """Explore again on the milder domains: the mildest one that still fails. A failure on a
+    pinned example (never shrunk) is looked for once more among generated cases of its
+    domain, whose failures hypothesis shrinks to a minimal case (kept when it fails the same
+    check)."""
+    found = _domain_of(clause, failure)
     for domain in feats.DOMAINS[: feats.domain_rank(found)]:
         milder = exploration.run(domain)
         if milder is not None and milder.graded:
-            milder_domain = (
-                case_domain(clause, milder.case) if milder.case is not None else "nominal"
-            )
-            return milder, milder_domain
+            failure, found = milder, _domain_of(clause, milder)
+            break
+    if failure.case is not None and _is_pinned(clause, failure.case):
+        shrunk = exploration.run(found, pinned=False)
+        same = shrunk is not None and shrunk.graded and shrunk.check == failure.check
+        if same and _domain_of(clause, shrunk) == found:
+            failure = shrunk
     return failure, found
+
+
+def _domain_of(clause: Clause, failure: _Failure) -> str:
+    return case_domain(clause, failure.case) if failure.case is not None else "nominal"
+
+
+def _is_pinned(clause: Clause, case: Any) -> bool:
+    text = repr(case)
+    return any(text == repr(pinned) for pinned in pinned_cases(clause))
 
 
 def _grade_entries(clause: Clause, exploration: _Exploration, failure: _Failure | None) -> None:

@@ -15,7 +15,7 @@ class BatchBindings(RollCommon):
 
     def _data_proto(self) -> type:
         if self.data_proto is None:
-            raise NotImplementedError(f"ROLL's DataProto is unavailable: {self.data_proto_error}")
+            raise RuntimeError(f"ROLL's DataProto is unavailable: {self.data_proto_error}")
         return self.data_proto
 
     def batch_make(
@@ -74,3 +74,19 @@ class BatchBindings(RollCommon):
     def batch_unpad(self, batch: Any, pad_size: int) -> Any:
         """-> ``unpad_dataproto(data, pad_size)``."""
         return self.runtime.protocol.unpad_dataproto(batch, pad_size)
+
+    # ------------------------------------------------------------------ seqlen balance
+
+    def seqlen_workload(self, seqlens: torch.Tensor) -> torch.Tensor:
+        """batch.seqlen_balance (workload) -> ``calculate_workload``, the function
+        ``batch_balance`` defines inside itself (compiled from ROLL's source: it cannot be
+        reached from outside ``batch_balance``)."""
+        return self.sources.get("balance_workload")(seqlens)
+
+    def seqlen_partitions(self, seqlens: list[int], k: int, equal_size: bool) -> list[list[int]]:
+        """batch.seqlen_balance (partitions) -> ``batch_balance``'s partitioning: the
+        workloads of ``calculate_workload`` on the int64 lengths, then
+        ``get_seqlen_balanced_partitions(workloads, k_partitions, equal_size)``
+        (``batch_balance`` passes ``equal_size=True``, dynamic batching ``False``)."""
+        workloads = self.seqlen_workload(torch.tensor(list(seqlens), dtype=torch.int64))
+        return self.F.get_seqlen_balanced_partitions(workloads.tolist(), k, equal_size)

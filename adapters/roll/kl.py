@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from rlconform.adapters.base import Unsupported
+from rlconform.adapters.base import Inexpressible, Unsupported
 from rlconform.adapters.roll.common import RollCommon
 from rlconform.adapters.roll.layout import RollLayout, response_lengths
 
@@ -55,7 +55,7 @@ class KLBindings(RollCommon):
         """kl.in_reward -> ``compute_token_reward`` with ``add_token_level_kl`` and a fixed
         KL controller of value beta. ROLL builds the token scores itself from one
         response-level reward on the last response token, so only such token scores can
-        be expressed (others raise NotImplementedError); the metric is ROLL's
+        be expressed (others are Inexpressible); the metric is ROLL's
         ``critic/kl`` (per-sample masked mean, then the mean over samples)."""
         # The response runs at least to its last action token and to its scored token
         # (a response may end in non-action tokens that carry the reward).
@@ -67,7 +67,7 @@ class KLBindings(RollCommon):
         last = (j == (layout.lengths - 1).unsqueeze(-1)).to(token_scores.device)
         finite_scores = torch.where(last, token_scores, torch.zeros_like(token_scores))
         if bool((scored & ~last).any()):
-            raise NotImplementedError(
+            raise Inexpressible(
                 "ROLL's compute_token_reward places one response-level reward on the last "
                 "response token; these token scores are not of that form"
             )

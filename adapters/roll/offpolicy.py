@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from rlconform.adapters.base import Unsupported
 from rlconform.adapters.roll.common import RollCommon
 
 
@@ -24,7 +25,7 @@ class OffpolicyBindings(RollCommon):
     def _corrections(self) -> Any:
         module = self.runtime.corrections
         if module is None:
-            raise NotImplementedError(
+            raise RuntimeError(
                 f"roll.utils.train_infer_corrections is unavailable: {self.runtime.corrections_error}"
             )
         return module
@@ -39,9 +40,7 @@ class OffpolicyBindings(RollCommon):
         upper_bound: float | None,
         band: tuple[float | None, float | None] | None = None,
     ) -> torch.Tensor:
-        import sys
-
-        config_module = sys.modules["roll.configs.base_config"]
+        config_module = self.config_module
         filters = []
         if band is not None:
             low, high = band
@@ -75,9 +74,7 @@ class OffpolicyBindings(RollCommon):
     @staticmethod
     def _lower_bound_zero(low: float | None) -> None:
         if low not in (None, 0, 0.0):
-            raise NotImplementedError(
-                f"ROLL clamps the IS weight to [0, upper_bound], not from {low}"
-            )
+            raise Unsupported(f"ROLL clamps the IS weight to [0, upper_bound], not from {low}")
 
     def tis_weights(
         self,

@@ -18,6 +18,8 @@ import contextlib
 import dataclasses
 import importlib
 import importlib.util
+import io
+import logging
 import os
 import re
 import subprocess
@@ -156,6 +158,8 @@ class RollRuntime:
     protocol: types.ModuleType | None
     corrections: types.ModuleType | None
     corrections_error: str | None
+    agentic: types.ModuleType | None
+    agentic_error: str | None
     root: Path
     version: str
     commit: str | None
@@ -239,6 +243,20 @@ def _installed_version() -> str:
         return "unknown"
 
 
+def _quiet_roll_logger() -> None:
+    """ROLL's logger streams INFO and WARNING records (e.g. "whitening disabled") to
+    stdout, into the certification's console output; they still reach its log file under
+    ROLL_LOG_DIR. Only its stream handlers are raised to ERROR."""
+    module = sys.modules.get("roll.utils.logging")
+    if module is None or not hasattr(module, "get_logger"):
+        return
+    for handler in module.get_logger().handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(
+            handler, logging.FileHandler
+        ):
+            handler.setLevel(logging.ERROR)
+
+
 def load_runtime(framework_path: str | None = None) -> RollRuntime:
     """Import ROLL (installed, or from ``framework_path``); SetupError with what to do."""
     if framework_path:
@@ -249,7 +267,9 @@ def load_runtime(framework_path: str | None = None) -> RollRuntime:
     os.environ.setdefault("ROLL_LOG_DIR", str(Path(tempfile.gettempdir()) / "rlconform-roll-logs"))
     shims = install_shims()
     try:
-        functionals = importlib.import_module(MARKER)
+        # ROLL's logger prints "add logger: ..." to stdout when it is created.
+        with contextlib.redirect_stdout(io.StringIO()):
+            functionals = importlib.import_module(MARKER)
     except ModuleNotFoundError as exc:
         if exc.name and (exc.name == "roll" or exc.name.startswith("roll.")):
             other = sys.modules.get("roll")
@@ -266,6 +286,7 @@ def load_runtime(framework_path: str | None = None) -> RollRuntime:
         ) from exc
     except Exception as exc:  # noqa: BLE001 - any import-time failure is a setup problem
         raise SetupError(f"importing {MARKER} failed: {type(exc).__name__}: {exc}") from exc
+    _quiet_roll_logger()
     try:
         kl_controller = importlib.import_module("roll.utils.kl_controller")
     except Exception as exc:  # noqa: BLE001
@@ -281,6 +302,11 @@ def load_runtime(framework_path: str | None = None) -> RollRuntime:
         corrections = importlib.import_module("roll.utils.train_infer_corrections")
     except Exception as exc:  # noqa: BLE001 - the off-policy ops are then unavailable
         corrections_error = f"{type(exc).__name__}: {exc}"
+    agentic = agentic_error = None
+    try:
+        agentic = importlib.import_module("roll.pipeline.agentic.utils")
+    except Exception as exc:  # noqa: BLE001 - the agentic-path ops then raise with this reason
+        agentic_error = f"{type(exc).__name__}: {exc}"
     root = Path(functionals.__file__).resolve().parents[2]
     version = _setup_version(root) or _installed_version()
     return RollRuntime(
@@ -291,6 +317,8 @@ def load_runtime(framework_path: str | None = None) -> RollRuntime:
         protocol=protocol,
         corrections=corrections,
         corrections_error=corrections_error,
+        agentic=agentic,
+        agentic_error=agentic_error,
         root=root,
         version=version,
         commit=_git_commit(root),

@@ -31,6 +31,16 @@ def lengths_from_mask(mask: torch.Tensor) -> list[int]:
     return torch.where(mask.bool(), columns, torch.zeros_like(columns)).amax(dim=-1).tolist()
 
 
+def response_lengths(mask: torch.Tensor, *rows: torch.Tensor) -> list[int]:
+    """L_i when a row may end in mask-0 tokens that carry a value (a reward on the tool
+    observation that ends a response): one past the last column where the mask or one of
+    ``rows`` is nonzero. The padded protocol keeps those rows 0 on padding."""
+    lengths = lengths_from_mask(mask)
+    for row in rows:
+        lengths = [max(a, b) for a, b in zip(lengths, lengths_from_mask(row != 0), strict=True)]
+    return lengths
+
+
 def to_lists(padded: torch.Tensor, lengths: Sequence[int]) -> list[torch.Tensor]:
     """(B, T) right-padded -> slime's per-sample list of 1-D tensors (first L_i columns).
 

@@ -12,8 +12,10 @@ only the names slime's math path reads:
 - ``megatron.core.mpu`` (Megatron parallel state): ``cp_utils``/``loss``/``data`` import it
   at module level, ``get_reinforce_plus_plus_returns`` and
   ``get_advantages_and_returns_batch`` import it inside the function. The shim reports a
-  single process: context/tensor/data parallel size 1, rank 0, groups None, last
-  pipeline stage (the same approach as slime's own ``tests/_cp_dist_helpers.py``).
+  single process: context/tensor/data parallel size 1, rank 0, groups None (the default
+  group), last pipeline stage (the same approach as slime's own
+  ``tests/_cp_dist_helpers.py``). ``train_metric_utils`` also asks for the gloo
+  data-parallel group and its source rank when it gathers the logged metrics.
 - ``httpx`` (HTTP client): ``slime.utils.types -> misc -> http_utils`` evaluates the
   annotation ``httpx.AsyncClient`` at import; the shim defines the four names it reads.
 - ``transformers`` (tokenizers) is not needed: the only module importing it,
@@ -69,6 +71,8 @@ def _install_megatron_shim() -> list[str]:
     mpu.get_data_parallel_world_size = lambda with_context_parallel=False: 1
     mpu.get_data_parallel_rank = lambda with_context_parallel=False: 0
     mpu.get_data_parallel_group = lambda with_context_parallel=False: None
+    mpu.get_data_parallel_group_gloo = lambda with_context_parallel=False: None
+    mpu.get_data_parallel_src_rank = lambda with_context_parallel=False: 0
     core = types.ModuleType("megatron.core")
     core.mpu = mpu
     megatron = types.ModuleType("megatron")
@@ -127,16 +131,18 @@ def locate(framework_path: str | None) -> Path | None:
 
 
 def _forget_other_slime(root: Path) -> None:
-    """Drop an already imported ``slime`` that lives elsewhere (tests load two copies)."""
-    loaded = sys.modules.get("slime")
-    if loaded is None:
-        return
-    origin = Path(getattr(loaded, "__file__", "") or "").resolve()
-    if root in origin.parents:
-        return
-    for name in [n for n in sys.modules if n == "slime" or n.startswith("slime.")]:
-        del sys.modules[name]
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != origin.parent.parent]
+    """Drop an already imported ``slime`` (and the checkout's ``examples`` package, which
+    holds the MIS hook) that lives elsewhere (tests load two copies)."""
+    for package in ("slime", "examples"):
+        loaded = sys.modules.get(package)
+        if loaded is None:
+            continue
+        origin = Path(getattr(loaded, "__file__", "") or "").resolve()
+        if root in origin.parents:
+            continue
+        for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+            del sys.modules[name]
+        sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != origin.parent.parent]
 
 
 def version(root: Path | None) -> str:

@@ -20,10 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from rlconform.adapters.base import Unsupported
-from rlconform.adapters.slime import layout
+from rlconform.adapters.base import Inexpressible, Unsupported
+from rlconform.adapters.slime import layout, runtime
 
 # ---------------------------------------------------------------------------------------
 # helpers (layout only)
@@ -51,19 +50,10 @@ def _flat(rows: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
     return torch.cat(list(rows), dim=0)
 
 
-_SINGLE_RANK_GROUP: Any = None
-
-
-def _dp_group() -> Any:
-    """A one-rank gloo group for ``distributed_masked_whiten``'s unconditional all_reduce.
-
-    Stands for slime's data-parallel group when the batch lives on one rank; built on a
-    private HashStore, so no default process group is initialised.
-    """
-    global _SINGLE_RANK_GROUP
-    if _SINGLE_RANK_GROUP is None:
-        _SINGLE_RANK_GROUP = dist.ProcessGroupGloo(dist.HashStore(), 0, 1)
-    return _SINGLE_RANK_GROUP
+def _cat(rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat(per_sample_list, dim=0)`` exactly as policy_loss_function does it (a
+    micro-batch of zero samples raises there, so it raises here)."""
+    return torch.cat(list(rows), dim=0)
 
 
 def _contiguous_groups(index: Sequence[Any]) -> tuple[list[int], int, int]:
@@ -87,12 +77,10 @@ def _unorder(rows: list[Any], order: list[int]) -> list[Any]:
     return out
 
 
-def _scores(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> list[float]:
+def _scores(token_level_rewards: torch.Tensor, lengths: Sequence[int]) -> list[float]:
     """The scalar reward of each sample (slime's ``Sample.reward``): the inverse of placing
-    it on one token, i.e. the row sum over action tokens."""
-    action = response_mask.bool()
-    zero = torch.zeros((), dtype=token_level_rewards.dtype, device=token_level_rewards.device)
-    return torch.where(action, token_level_rewards, zero).sum(-1).tolist()
+    it on the response, i.e. the row sum over its L_i response tokens (holes included)."""
+    return [float(row.sum()) for row in _rows(token_level_rewards, lengths)]
 
 
 class _Capture:
@@ -462,6 +450,97 @@ class SlimeKLOps:
             logprob, ref_logprob, _kl_type(mode), importance_ratio=ratio
         )
 
+    def apply_kl_in_reward(
+        self,
+        token_level_scores: torch.Tensor,
+        old_logprob: torch.Tensor,
+        ref_logprob: torch.Tensor,
+        response_mask: torch.Tensor,
+        beta: float,
+        mode: str,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``compute_advantages_and_returns`` with ``advantage_estimator="ppo"``: its token
+        rewards are ``-kl_coef * compute_approx_kl(log_probs, ref, kl_loss_type)`` with the
+        scalar reward added on the last response token. They are read back as its returns
+        under gamma 0 and zero values (GAE then returns the token rewards themselves). The
+        metric is what ``train_metric_utils.log_rollout_data`` reports as ``rollout/kl``.
+
+        Inexpressible: token scores anywhere but on the last response token (slime's reward
+        is one scalar per sample); a row with neither action token nor score (its response
+        length is not in the padded layout); ``beta == 0`` (slime then computes no KL: no
+        reference model).
+        """
+        kl_type = _kl_type(mode)
+        if beta == 0:
+            raise Inexpressible("kl_coef 0: slime loads no reference model and computes no KL")
+        lengths = layout.response_lengths(response_mask, token_level_scores)
+        scores = _rows(token_level_scores, lengths)
+        rewards = []
+        for i, (row, n) in enumerate(zip(scores, lengths, strict=True)):
+            if n == 0:
+                raise Inexpressible(
+                    f"sample {i} has no action token and no score: its response length "
+                    "(0, or tool tokens only) is not in the padded layout"
+                )
+            if bool((row[:-1] != 0).any()):
+                raise Inexpressible(
+                    f"sample {i}: token scores before its last response token; slime's "
+                    "reward is one scalar placed on the last response token"
+                )
+            rewards.append(float(row[-1]))
+        dtype = torch.float32  # slime's train-side log-probs (compute_approx_kl casts too)
+        rollout_data = {
+            "log_probs": [r.to(dtype) for r in _rows(old_logprob, lengths)],
+            "ref_log_probs": [r.to(dtype) for r in _rows(ref_logprob, lengths)],
+            "rewards": rewards,
+            "values": [torch.zeros(n, dtype=dtype, device=old_logprob.device) for n in lengths],
+            "response_lengths": list(lengths),
+            "total_lengths": [n + 1 for n in lengths],  # a one-token prompt each
+            "loss_masks": _int_rows(response_mask, lengths),
+        }
+        args = Namespace(
+            advantage_estimator="ppo",
+            kl_coef=float(beta),
+            kl_loss_type=kl_type,
+            gamma=0.0,
+            lambd=1.0,
+            use_rollout_logprobs=False,
+            custom_advantage_function_path=None,
+            use_opd=False,
+            normalize_advantages=False,
+        )
+        self.fw.compute_advantages_and_returns(args, rollout_data)
+        token_rewards = _back(rollout_data["returns"], token_level_scores)
+        rollout_data["global_batch_sizes"] = [len(lengths)]
+        metric = _logged("rollout/kl", self.fw.log_rollout_data, 0, _log_args(), rollout_data)
+        return token_rewards, torch.as_tensor(metric, dtype=token_level_scores.dtype)
+
+
+def _log_args() -> Namespace:
+    """The logging flags ``log_rollout_data`` reads (no tracker, no extra logs)."""
+    return Namespace(
+        use_wandb=False,
+        use_tensorboard=False,
+        ci_test=False,
+        log_multi_turn=False,
+        log_passrate=False,
+        log_correct_samples=False,
+        wandb_always_use_train_step=False,
+    )
+
+
+def _logged(key: str, fn: Any, *args: Any) -> float:
+    """The value slime's logger ``fn`` reports under ``key`` (one-rank job, recorded
+    tracker: see ``runtime``)."""
+    with runtime.one_rank_job(), runtime.recorded_tracker() as seen:
+        fn(*args)
+    reported = [m[key] for m in seen if key in m]
+    if not reported:
+        raise RuntimeError(
+            f"slime logged no {key!r} (logged: {sorted(k for m in seen for k in m)})"
+        )
+    return float(reported[-1])
+
 
 # ---------------------------------------------------------------------------------------
 # offpolicy
@@ -537,13 +616,140 @@ class SlimeOffpolicyOps:
         )
         return _back(layout.unpack(mask, lengths), logprob)
 
+    def _mis_args(self, mode: str, clip_min: float | None, clip_max: float | None) -> Namespace:
+        """The MIS config (``--custom-config-path``) for a contract mode; Inexpressible
+        where the example's bounds cannot say it."""
+        level, _, action = mode.partition("_")
+        if level not in ("token", "sequence") or action not in ("truncate", "mask"):
+            raise Unsupported(f"compute_mis_weights has no mode {mode!r}")
+        if clip_max is None:
+            raise Inexpressible("compute_mis_weights always has an upper bound (tis_upper_bound)")
+        if action == "truncate" and clip_min is None:
+            tis_mode, lower = "truncate", None  # clamp(0, upper)
+        elif action == "truncate":
+            tis_mode, lower = "clip", clip_min
+        else:
+            # no lower bound: 0, as every ratio is >= 0 (slime's own default is 1/upper)
+            tis_mode, lower = "mask", 0.0 if clip_min is None else clip_min
+        if tis_mode != "truncate" and not lower < clip_max:
+            raise Inexpressible(
+                f"band [{lower}, {clip_max}]: compute_mis_weights asserts lower < upper"
+            )
+        sequence = (
+            "geometric" if self.profile.get("is_sequence_log_ratio") == "mean" else "sequence"
+        )
+        return Namespace(
+            use_tis=True,
+            tis_level="token" if level == "token" else sequence,
+            tis_mode=tis_mode,
+            tis_lower_bound=lower,
+            tis_upper_bound=clip_max,
+            use_rs=False,
+            rs_lower_bound=None,
+            rs_upper_bound=None,
+            rs_veto_threshold=None,
+            tis_batch_normalize=False,
+        )
+
+    def is_correction_weights(
+        self,
+        old_logprob: torch.Tensor,
+        rollout_logprob: torch.Tensor,
+        response_mask: torch.Tensor,
+        mode: str = "sequence_mask",
+        clip_min: float | None = None,
+        clip_max: float | None = 3.0,
+    ) -> torch.Tensor:
+        """``compute_mis_weights_with_cp`` (examples/train_infer_mismatch_helper, the
+        ``--custom-tis-function-path`` hook policy_loss_function calls) with a per-token
+        loss of 1: its ``pg_loss * is_weights`` is the weight; the rejection of mask mode
+        is in the masks it returns, which policy_loss_function's rebuilt reducer applies
+        (``x * mask`` in get_sum_of_sample_mean): the weight the loss sees is their product.
+        """
+        args = self._mis_args(mode, clip_min, clip_max)
+        lengths = layout.lengths_from_mask(response_mask)
+        ones = torch.ones(sum(lengths), dtype=old_logprob.dtype, device=old_logprob.device)
+        weighted, masks, _ = self.fw.compute_mis_weights_with_cp(
+            args,
+            pg_loss=ones,
+            train_log_probs=_rows(old_logprob, lengths),
+            rollout_log_probs=_rows(rollout_logprob, lengths),
+            loss_masks=_int_rows(response_mask, lengths),
+            total_lengths=[n + 1 for n in lengths],
+            response_lengths=list(lengths),
+        )
+        seen = weighted * _flat(list(masks), weighted)  # the rebuilt reducer's x * mask
+        return _back(layout.unpack(seen, lengths), old_logprob)
+
+    def logprob_gap(
+        self,
+        old_logprob: torch.Tensor,
+        rollout_logprob: torch.Tensor,
+        response_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """``train_rollout_logprob_abs_diff``: ``policy_loss_function`` through
+        ``loss_function`` (old log-probs ``batch["log_probs"]``, any logits), reported by
+        ``reduce_train_step_metrics`` as the training step logs it. Profile
+        ``logprob_gap_reduction``: ``sample_mean`` is slime's default reducer (per-rollout
+        means over the step's rollouts), ``token_mean`` is ``--calculate-per-token-loss``.
+        """
+        lengths = layout.lengths_from_mask(response_mask)
+        per_token = self.profile.get("logprob_gap_reduction", "token_mean") == "token_mean"
+        dtype = torch.float32  # slime's train-side log-probs
+        batch = {
+            "advantages": [torch.zeros(n, dtype=dtype) for n in lengths],
+            "log_probs": [r.to(dtype) for r in _rows(old_logprob, lengths)],
+            "rollout_log_probs": [r.to(dtype) for r in _rows(rollout_logprob, lengths)],
+            "unconcat_tokens": [torch.zeros(n + 1, dtype=torch.long) for n in lengths],
+            "response_lengths": list(lengths),
+            "total_lengths": [n + 1 for n in lengths],
+            "loss_masks": _int_rows(response_mask, lengths),
+            "rollout_mask_sums": None,  # one sample per rollout: each sample's own mask sum
+        }
+        args = Namespace(
+            loss_type="policy_loss",
+            calculate_per_token_loss=per_token,
+            recompute_loss_function=False,
+            allgather_cp=False,
+            use_rollout_logprobs=False,
+            rollout_temperature=1.0,
+            rollout_top_p=1.0,
+            log_probs_chunk_size=-1,
+            advantage_estimator="grpo",
+            eps_clip=0.2,
+            eps_clip_high=0.2,
+            eps_clip_c=None,
+            use_opsm=False,
+            get_mismatch_metrics=False,
+            use_tis=False,
+            entropy_coef=0.0,
+            use_kl_loss=False,
+            custom_pg_loss_reducer_function_path=None,
+        )
+        logits = torch.zeros((1, sum(lengths) + len(lengths), 2), dtype=dtype)
+        _, _, log = self.fw.loss_function(args, batch, 1, len(lengths), logits)
+        reported = self.fw.reduce_train_step_metrics(
+            [log],
+            calculate_per_token_loss=per_token,
+            step_global_batch_size=len(lengths),
+            cp_size=1,
+            dp_with_cp_group=runtime.single_rank_group(),
+        )
+        value = reported["train_rollout_logprob_abs_diff"]
+        return torch.as_tensor(value, dtype=old_logprob.dtype, device=old_logprob.device)
+
 
 # ---------------------------------------------------------------------------------------
 # adv
 
 
 class SlimeAdvantageOps:
-    """adv.gae, adv.grpo, adv.reinforce_pp, adv.reinforce_pp_baseline."""
+    """adv.gae, adv.grpo, adv.reinforce_pp, adv.reinforce_pp_baseline.
+
+    A response may end in mask-0 tokens that carry the reward (a final tool observation):
+    slime's response then includes them, so L_i is one past the last action token or the
+    last nonzero reward (``layout.response_lengths``; the protocol keeps reward padding 0).
+    """
 
     def _whiten(self, rows: list[torch.Tensor], masks: list[torch.Tensor]) -> list[torch.Tensor]:
         """``--normalize-advantages``: compute_advantages_and_returns whitens
@@ -552,7 +758,10 @@ class SlimeAdvantageOps:
             return []
         lengths = [int(r.numel()) for r in rows]
         whitened = self.fw.distributed_masked_whiten(
-            torch.cat(rows), torch.cat(masks), process_group=_dp_group(), shift_mean=True
+            torch.cat(rows),
+            torch.cat(masks),
+            process_group=runtime.single_rank_group(),
+            shift_mean=True,
         )
         return layout.unpack(whitened, lengths)
 
@@ -569,10 +778,22 @@ class SlimeAdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``get_advantages_and_returns_batch`` (chunked GAE), then whitening.
 
-        slime has no bootstrap for truncated samples (V after the last token is 0), so
-        ``bootstrap_value`` / ``terminated`` have nothing to go to.
+        slime has no bootstrap: the value after the last response token is 0 for every
+        sample, a length-truncated one included (profile ``truncated_bootstrap=False``).
+        A truncated sample with a bootstrap value is inexpressible under a profile that
+        says otherwise.
         """
-        lengths = layout.lengths_from_mask(response_mask)
+        if (
+            bootstrap_value is not None
+            and terminated is not None
+            and not bool(terminated.all())
+            and self.profile.get("truncated_bootstrap", True)
+        ):
+            raise Inexpressible(
+                "a truncated sample's bootstrap value: get_advantages_and_returns_batch "
+                "takes none (the value after the last token is 0)"
+            )
+        lengths = layout.response_lengths(response_mask, token_level_rewards)
         adv, ret = self.fw.get_advantages_and_returns_batch(
             list(lengths),
             list(lengths),
@@ -615,9 +836,9 @@ class SlimeAdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``_post_process_rewards`` (group normalisation, eps 1e-6 fixed in slime), then
         ``get_grpo_returns``; advantages = returns."""
-        lengths = layout.lengths_from_mask(response_mask)
+        lengths = layout.response_lengths(response_mask, token_level_rewards)
         rewards = self._group_rewards(
-            _scores(token_level_rewards, response_mask), index, "grpo", norm_by_std
+            _scores(token_level_rewards, lengths), index, "grpo", norm_by_std
         )
         kl = [
             torch.zeros(n, dtype=torch.float32, device=token_level_rewards.device) for n in lengths
@@ -626,22 +847,41 @@ class SlimeAdvantageOps:
         out = _back(returns, token_level_rewards)
         return out, out.clone()
 
+    def _reinforce_inputs(
+        self, token_level_rewards: torch.Tensor, response_mask: torch.Tensor
+    ) -> tuple[list[int], list[torch.Tensor], torch.Tensor, list[torch.Tensor]]:
+        """slime's REINFORCE++ token reward is ``-kl_coef * kl_t * loss_mask_t`` plus the
+        scalar reward on the last action token. The canonical rewards on action tokens go
+        through that KL channel (kl_coef 1, kl = -r); a reward after the last action token
+        (on a final tool observation) is the scalar reward, which slime puts where the
+        contract credits it. A reward on a hole before an action token has no slime form."""
+        lengths = layout.response_lengths(response_mask, token_level_rewards)
+        masks = _int_rows(response_mask, lengths)
+        rows = _rows(token_level_rewards, lengths)
+        actions = layout.lengths_from_mask(response_mask)
+        kl, scalars = [], []
+        for i, (row, mask, last) in enumerate(zip(rows, masks, actions, strict=True)):
+            held = row[:last][mask[:last] == 0]
+            tail = row[last:][row[last:] != 0]
+            if bool((held != 0).any()) or tail.numel() > 1:
+                raise Inexpressible(
+                    f"sample {i}: a reward on a mask-0 token before an action token (or "
+                    "two after the last one): slime's REINFORCE++ reward is the KL term on "
+                    "action tokens plus one scalar on the last action token"
+                )
+            kl.append(-torch.where(mask.bool(), row, torch.zeros_like(row)))
+            scalars.append(float(tail[0]) if tail.numel() else 0.0)
+        return lengths, kl, torch.tensor(scalars, dtype=token_level_rewards.dtype), masks
+
     @torch.no_grad()
     def advantage_reinforce_pp(
         self, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``get_reinforce_plus_plus_returns``, then whitening; advantages = returns.
-
-        slime's token reward is ``-kl_coef * kl * loss_mask`` plus the scalar reward on the
-        last action token. The canonical token rewards enter through that KL channel
-        (kl_coef 1, kl = -r, scalar reward 0), which reproduces any token reward row.
-        """
-        lengths = layout.lengths_from_mask(response_mask)
-        masks = _int_rows(response_mask, lengths)
-        kl = [-row for row in _rows(token_level_rewards, lengths)]
-        zero = torch.zeros(len(lengths), dtype=token_level_rewards.dtype)
+        """``get_reinforce_plus_plus_returns``, then whitening; advantages = returns (inputs
+        as ``_reinforce_inputs`` says)."""
+        lengths, kl, scalars, masks = self._reinforce_inputs(token_level_rewards, response_mask)
         returns = self.fw.get_reinforce_plus_plus_returns(
-            zero, kl, masks, list(lengths), list(lengths), 1.0, gamma
+            scalars, kl, masks, list(lengths), list(lengths), 1.0, gamma
         )
         advantages = self._whiten(list(returns), masks)
         return _back(advantages, token_level_rewards), _back(returns, token_level_rewards)
@@ -652,9 +892,9 @@ class SlimeAdvantageOps:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``_post_process_rewards`` (group mean subtracted), then
         ``get_reinforce_plus_plus_baseline_advantages`` (kl_coef 0), then whitening."""
-        lengths = layout.lengths_from_mask(response_mask)
+        lengths = layout.response_lengths(response_mask, token_level_rewards)
         rewards = self._group_rewards(
-            _scores(token_level_rewards, response_mask),
+            _scores(token_level_rewards, lengths),
             index,
             "reinforce_plus_plus_baseline",
             False,
@@ -713,9 +953,9 @@ class SlimeLossOps:
         lengths, old, new, adv, masks = self._policy_inputs(
             old_log_prob, log_prob, advantages, response_mask
         )
-        ppo_kl = _flat(old, log_prob) - _flat(new, log_prob)  # policy_loss_function
+        ppo_kl = _cat(old) - _cat(new)  # policy_loss_function
         loss, clipfrac = self.fw.compute_policy_loss(
-            ppo_kl, _flat(adv, log_prob), clip_ratio_low, clip_ratio_high, eps_clip_c=clip_ratio_c
+            ppo_kl, _cat(adv), clip_ratio_low, clip_ratio_high, eps_clip_c=clip_ratio_c
         )
         rows = layout.unpack(loss, lengths)
         return _back(rows, log_prob), {
@@ -736,11 +976,9 @@ class SlimeLossOps:
         lengths, old, new, adv, masks = self._policy_inputs(
             old_log_prob, log_prob, advantages, response_mask
         )
-        if not lengths:
-            return log_prob.new_zeros(log_prob.shape), {"clipfrac": log_prob.new_zeros(())}
         ppo_kl = self.fw.compute_gspo_kl(new, old, new, masks)
         loss, clipfrac = self.fw.compute_policy_loss(
-            ppo_kl, _flat(adv, log_prob), clip_ratio_low, clip_ratio_high
+            ppo_kl, _cat(adv), clip_ratio_low, clip_ratio_high
         )
         rows = layout.unpack(loss, lengths)
         return _back(rows, log_prob), {
@@ -761,9 +999,9 @@ class SlimeLossOps:
         lengths, old, new, adv, masks = self._policy_inputs(
             old_log_prob, log_prob, advantages, response_mask
         )
-        ppo_kl = _flat(old, log_prob) - _flat(new, log_prob)  # policy_loss_function
+        ppo_kl = _cat(old) - _cat(new)  # policy_loss_function
         loss, clipfrac = self.fw.compute_cispo_loss(
-            ppo_kl, _flat(new, log_prob), _flat(adv, log_prob), clip_ratio_low, clip_ratio_high
+            ppo_kl, _cat(new), _cat(adv), clip_ratio_low, clip_ratio_high
         )
         rows = layout.unpack(loss, lengths)
         return _back(rows, log_prob), {

@@ -343,12 +343,18 @@ class Expected:
 
 @dataclasses.dataclass(frozen=True)
 class Estimator:
+    """One estimator clause. ``returns_defined``: the contract defines its returns (GAE: A +
+    V; REINFORCE++ and the optimal token baseline: G; ReMax: the reverse cumulative sum).
+    The outcome estimators' returns are a framework convention (verl copies the
+    advantages), so neither the ``returns`` check nor the invariants look at them."""
+
     clause: str
     op: str
     group_local: bool
     expect: Callable[[Any, dict[str, Any]], Expected]
     call: Callable[[Any, dict[str, Any], int], Any]
     k: float = 4.0
+    returns_defined: bool = False
 
 
 def _credit_error(sample: dict[str, Any]) -> list[float]:
@@ -931,7 +937,7 @@ def _gdpo_call(ctx: Any, case: dict[str, Any], width: int) -> Any:
 ESTIMATORS: dict[str, Estimator] = {
     spec.clause: spec
     for spec in (
-        Estimator("adv.gae", "advantage_gae", False, _gae_expect, _gae_call),
+        Estimator("adv.gae", "advantage_gae", False, _gae_expect, _gae_call, returns_defined=True),
         Estimator("adv.grpo", "advantage_grpo", True, _grpo_expect, _grpo_call),
         Estimator("adv.rloo", "advantage_rloo", True, _rloo_expect, _rloo_call),
         Estimator(
@@ -940,6 +946,7 @@ ESTIMATORS: dict[str, Estimator] = {
             False,
             _reinforce_pp_expect,
             _reinforce_pp_call,
+            returns_defined=True,
         ),
         Estimator(
             "adv.reinforce_pp_baseline",
@@ -948,7 +955,9 @@ ESTIMATORS: dict[str, Estimator] = {
             _reinforce_pp_baseline_expect,
             _reinforce_pp_baseline_call,
         ),
-        Estimator("adv.remax", "advantage_remax", True, _remax_expect, _remax_call),
+        Estimator(
+            "adv.remax", "advantage_remax", True, _remax_expect, _remax_call, returns_defined=True
+        ),
         Estimator("adv.opo", "advantage_opo", True, _opo_expect, _opo_call),
         Estimator(
             "adv.grpo_passk", "advantage_grpo_passk", True, _grpo_passk_expect, _grpo_passk_call
@@ -960,6 +969,7 @@ ESTIMATORS: dict[str, Estimator] = {
             True,
             _otb_expect,
             _otb_call,
+            returns_defined=True,
         ),
         Estimator("adv.gdpo", "advantage_gdpo", False, _gdpo_expect, _gdpo_call),
     )
@@ -1021,10 +1031,10 @@ def _compare(
     masks = _masks(case)
     lengths = cs.lengths_of(case)
     uids = cs.uids_of(case)
-    for what, want, got, scale in (
-        ("advantages", expected.advantages, advantages, expected.advantage_scale),
-        ("returns", expected.returns, returns, expected.return_scale),
-    ):
+    compared = [("advantages", expected.advantages, advantages, expected.advantage_scale)]
+    if spec.returns_defined:
+        compared.append(("returns", expected.returns, returns, expected.return_scale))
+    for what, want, got, scale in compared:
         with ctx.check(check or what):
             assert_rows_close(
                 spec.clause,
@@ -1052,6 +1062,7 @@ def _check_estimator(spec: Estimator, ctx: Any, case: dict[str, Any]) -> None:
 # shape: (advantages, returns), both (B, T); advantages / returns: the oracle's values on
 # action tokens; raises: the contract (or the profile) requires an error for this input.
 ESTIMATOR_CHECKS = ("shape", "advantages", "returns", "raises")
+OUTCOME_CHECKS = ("shape", "advantages", "raises")
 # The §0a features an estimator's cases can have. Reward padding is 0 by protocol, so an
 # estimator that reads rewards only (the outcome estimators) meets no padding garbage.
 OUTCOME_FEATURES = (
@@ -1094,7 +1105,7 @@ def _register(
         ops=(spec.op,),
         strategy=strategy,
         examples=examples,
-        checks=ESTIMATOR_CHECKS,
+        checks=ESTIMATOR_CHECKS if spec.returns_defined else OUTCOME_CHECKS,
         meets=meets,
     )(check)
 
@@ -1244,7 +1255,7 @@ _register(
     included; per group mean and std (profile
     grpo_std_ddof, verl 1); A_i = (score_i - mean) / (std + eps) (grpo_eps 1e-6), or score_i - mean
     when norm_by_std is off (Dr. GRPO); a group of one: profile grpo_singleton (verl: mean 0,
-    std 1); broadcast to action tokens; returns == advantages.""",
+    std 1); broadcast to action tokens; returns not checked (a framework convention).""",
     strategy=advantage_case(params=("norm_by_std",)),
     examples=_with_params(_GROUP_EXAMPLES, "norm_by_std"),
 )
@@ -1254,7 +1265,7 @@ _register(
     title="RLOO: leave-one-out group baseline",
     statement="""A_i = score_i - mean of the other samples of the group = n/(n-1) (score_i - mean);
     a group of one: profile rloo_singleton (verl: A = score); broadcast to action tokens;
-    returns == advantages.""",
+    returns not checked (a framework convention).""",
     strategy=advantage_case(),
     examples=_with_params(_GROUP_EXAMPLES),
 )
@@ -1276,7 +1287,7 @@ _register(
     title="REINFORCE++ with baseline: group-centred score, batch-whitened",
     statement="""score_i - group mean (a group of one: profile singleton_baseline, verl 0),
     broadcast to action tokens, then whitened over all action tokens of the batch (token-
-    weighted statistics); returns == advantages. Not group-local. Profile: whiten_degenerate.""",
+    weighted statistics); returns not checked (a framework convention). Not group-local. Profile: whiten_degenerate.""",
     strategy=advantage_case(),
     examples=_with_params((*_GROUP_EXAMPLES, _RFPP_EXAMPLES[2])),
 )
@@ -1296,7 +1307,7 @@ _register(
     title="OPO: length-weighted group baseline",
     statement="""b = sum_j L_j score_j / sum_j L_j over the group, L_j = the number of action tokens
     of sample j; A_i = score_i - b; a group of one: profile singleton_baseline (verl: b = 0); a
-    group without action tokens writes nothing; broadcast; returns == advantages.""",
+    group without action tokens writes nothing; broadcast; returns not checked (a framework convention).""",
     strategy=advantage_case(),
     examples=(*_with_params(_GROUP_EXAMPLES), *_OPO_EXAMPLES),
 )
@@ -1306,7 +1317,7 @@ _register(
     title="Pass@k GRPO: only each group's best sample gets an advantage",
     statement="""Per group (>= 2 samples, else an error): the first sample with the maximal score
     gets s_max - s_second, divided by (std + eps) when norm_by_std (std with grpo_std_ddof); every
-    other sample 0, so ties at the top give 0; broadcast; returns == advantages.""",
+    other sample 0, so ties at the top give 0; broadcast; returns not checked (a framework convention).""",
     strategy=advantage_case(params=("norm_by_std",), min_group_size=2, dense=False),
     examples=_PASSK_EXAMPLES,
 )
@@ -1317,7 +1328,7 @@ _register(
     statement="""A_i = alpha (score_i - group mean) / f_norm; alpha = B / max(B_valid, 1), B the
     number of samples, B_valid by profile gpg_alpha ("informative": samples of groups with at
     least two distinct scores, GPG paper; "nonzero_score": samples with a nonzero score, verl;
-    "one"); a group of one: profile singleton_baseline; broadcast; returns == advantages.
+    "one"); a group of one: profile singleton_baseline; broadcast; returns not checked (a framework convention).
     Not group-local (alpha is a batch statistic).""",
     strategy=advantage_case(params=("f_norm",), dense=False),
     examples=_with_params(_GROUP_EXAMPLES, "f_norm"),
@@ -1342,7 +1353,7 @@ _register(
     statement="""Each reward component k (a per-sample scalar) is group-normalised as in adv.grpo
     (grpo_std_ddof, grpo_eps, grpo_singleton, norm_by_std); the components are summed with
     their weights, broadcast to action tokens and whitened over all action tokens of the batch;
-    returns == advantages. Not group-local. Profile: whiten_degenerate.""",
+    returns not checked (a framework convention). Not group-local. Profile: whiten_degenerate.""",
     strategy=advantage_case(fields=("components",), params=("norm_by_std",)),
     examples=_GDPO_EXAMPLES,
 )
@@ -1496,7 +1507,8 @@ def _invariants_one(spec: Estimator, ctx: Any, case: dict[str, Any]) -> None:
         return
     base = _outputs(checked, result, n, width)
     masks, uids = _masks(case), cs.uids_of(case)
-    for what, tensor in (("advantages", base[0]), ("returns", base[1])):
+    outputs = [("advantages", base[0])] + ([("returns", base[1])] if spec.returns_defined else [])
+    for what, tensor in outputs:
         with ctx.check(_invariant_check(spec, "zero_off_actions")):
             _assert_zero_off_actions(spec, what, tensor, masks, uids)
     reference = _own_output(case, base, expected)
@@ -1556,12 +1568,32 @@ def _invariants_one(spec: Estimator, ctx: Any, case: dict[str, Any]) -> None:
     )
 
 
+_INVARIANT_FEATURES = tuple(
+    f
+    for f in (*ESTIMATOR_FEATURES, "truncated_sample", "extra_padding")
+    if f not in ("singleton_group", "no_samples")
+)
+
+
+def _invariant_features(case: dict[str, Any]) -> set[str]:
+    """The padding-invariance check always pads three more columns with the case's
+    pad_value, and the group-locality check runs the batch with ``extra_group`` prepended:
+    both are part of every case (the walker sees only the case's own batch)."""
+    from rlconform.conformance.features import generic_features, pad_value_features
+
+    extended = {**case, "samples": [*case.get("extra_group", ()), *case["samples"]]}
+    extended.pop("extra_group", None)
+    grouping = generic_features(extended) & {"unequal_groups", "singleton_group", "equal_scores"}
+    padding = set(pad_value_features(case.get("pad_value", 0.0)))
+    return {"extra_padding"} | padding | grouping
+
+
 @clause(
     "adv.invariants",
     title="Every estimator: permutation equivariant, padding invariant, action tokens only",
     statement="""For every advantage_* operation the target implements: permuting samples permutes
     the outputs; extra right padding changes nothing; outputs are exactly 0 at every mask-0
-    position (holes and padding), advantages and returns alike; group-local estimators (GRPO,
+    position (holes and padding), advantages, and returns where the contract defines them; group-local estimators (GRPO,
     RLOO, OPO, pass@k, optimal token baseline, and per-sample ReMax) are unchanged by adding
     another group. Batch-whitened estimators (GAE, REINFORCE++, REINFORCE++ baseline, GDPO) and
     GPG (alpha is a batch statistic) are not group-local.""",

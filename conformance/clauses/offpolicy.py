@@ -267,7 +267,8 @@ def _band(lows: tuple[Any, ...], highs: tuple[Any, ...]) -> st.SearchStrategy[tu
 
 def _icepop_case() -> st.SearchStrategy[dict[str, Any]]:
     return st.tuples(
-        logprob_batch(fields=("old", "rollout"), min_samples=0), _band((0.0, 0.5, 0.8), (1.2, 2.0, 5.0))
+        logprob_batch(fields=("old", "rollout"), min_samples=0),
+        _band((0.0, 0.5, 0.8), (1.2, 2.0, 5.0)),
     ).map(lambda pair: _keep_one({**pair[0], "low": pair[1][0], "high": pair[1][1]}))
 
 

@@ -219,6 +219,25 @@ def permuted(case: dict[str, Any]) -> dict[str, Any]:
     return {**case, "samples": [case["samples"][i] for i in case["perm"]]}
 
 
+def _each_probe(ctx: Any, need: str | None, body: Callable[[Probe], None]) -> None:
+    """Run ``body`` for every probe of the target. A probe whose call the target cannot make
+    for this case (``Unsupported`` / ``Inexpressible``) is left out and the others still run;
+    the case is skipped only when no probe could run."""
+    from rlconform.adapters.base import Inexpressible, Unsupported
+    from rlconform.conformance.errors import TargetError
+
+    runnable, skipped = _runnable(ctx.target, need), []
+    for probe in runnable:
+        try:
+            body(probe)
+        except TargetError as error:
+            if not isinstance(error.original, (Unsupported, Inexpressible)):
+                raise
+            skipped.append(error)
+    if runnable and len(skipped) == len(runnable):
+        raise skipped[-1]
+
+
 def _runnable(target: Any, need: str | None = None) -> list[Probe]:
     probes = [p for p in PROBES.values() if target.implements(p.op)]
     if need is not None:
@@ -250,9 +269,11 @@ def _applies(need: str | None = None) -> Callable[[Any], str | None]:
     meets=PURITY_FEATURES,
 )
 def check_no_mutation(ctx: Any, case: dict[str, Any]) -> None:
-    for probe in _runnable(ctx.target):
+    def probe_once(probe: Probe) -> None:
         call = probe.build(ctx, case)
         ctx.call(probe.op, *call.args, **call.kwargs)
+
+    _each_probe(ctx, None, probe_once)
 
 
 @clause(
@@ -270,20 +291,23 @@ def check_no_mutation(ctx: Any, case: dict[str, Any]) -> None:
     meets=PURITY_FEATURES,
 )
 def check_idempotent(ctx: Any, case: dict[str, Any]) -> None:
-    for probe in _runnable(ctx.target, "again"):
-        call = probe.build(ctx, case)
-        once = ctx.call(probe.op, *call.args, **call.kwargs)
-        repeat = probe.again(call, once)
-        twice = ctx.call(probe.op, *repeat.args, **repeat.kwargs)
-        view = probe.result or (lambda output: output)
-        with ctx.check("idempotent"):
-            assert_same_output(
-                "purity.idempotent",
-                f"{probe.op} applied twice vs once",
-                view(once),
-                view(twice),
-                uids=call.uids,
-            )
+    _each_probe(ctx, "again", lambda probe: _idempotent(ctx, case, probe))
+
+
+def _idempotent(ctx: Any, case: dict[str, Any], probe: Probe) -> None:
+    call = probe.build(ctx, case)
+    once = ctx.call(probe.op, *call.args, **call.kwargs)
+    repeat = probe.again(call, once)
+    twice = ctx.call(probe.op, *repeat.args, **repeat.kwargs)
+    view = probe.result or (lambda output: output)
+    with ctx.check("idempotent"):
+        assert_same_output(
+            "purity.idempotent",
+            f"{probe.op} applied twice vs once",
+            view(once),
+            view(twice),
+            uids=call.uids,
+        )
 
 
 @clause(
@@ -300,18 +324,21 @@ def check_idempotent(ctx: Any, case: dict[str, Any]) -> None:
     meets=PURITY_FEATURES,
 )
 def check_deterministic(ctx: Any, case: dict[str, Any]) -> None:
-    for probe in _runnable(ctx.target):
-        first_call, second_call = probe.build(ctx, case), probe.build(ctx, case)
-        first = ctx.call(probe.op, *first_call.args, **first_call.kwargs)
-        second = ctx.call(probe.op, *second_call.args, **second_call.kwargs)
-        with ctx.check("deterministic"):
-            assert_same_output(
-                "purity.deterministic",
-                f"{probe.op} run twice",
-                first,
-                second,
-                uids=first_call.uids,
-            )
+    _each_probe(ctx, None, lambda probe: _deterministic(ctx, case, probe))
+
+
+def _deterministic(ctx: Any, case: dict[str, Any], probe: Probe) -> None:
+    first_call, second_call = probe.build(ctx, case), probe.build(ctx, case)
+    first = ctx.call(probe.op, *first_call.args, **first_call.kwargs)
+    second = ctx.call(probe.op, *second_call.args, **second_call.kwargs)
+    with ctx.check("deterministic"):
+        assert_same_output(
+            "purity.deterministic",
+            f"{probe.op} run twice",
+            first,
+            second,
+            uids=first_call.uids,
+        )
 
 
 @clause(
@@ -331,21 +358,24 @@ def check_deterministic(ctx: Any, case: dict[str, Any]) -> None:
 )
 def check_order(ctx: Any, case: dict[str, Any]) -> None:
     shuffled = permuted(case)
-    for probe in _runnable(ctx.target, "rows"):
-        call = probe.build(ctx, case)
-        call_shuffled = probe.build(ctx, shuffled)
-        rows = probe.rows(case, ctx.call(probe.op, *call.args, **call.kwargs))
-        rows_shuffled = probe.rows(
-            shuffled, ctx.call(probe.op, *call_shuffled.args, **call_shuffled.kwargs)
+    _each_probe(ctx, "rows", lambda probe: _order(ctx, case, shuffled, probe))
+
+
+def _order(ctx: Any, case: dict[str, Any], shuffled: dict[str, Any], probe: Probe) -> None:
+    call = probe.build(ctx, case)
+    call_shuffled = probe.build(ctx, shuffled)
+    rows = probe.rows(case, ctx.call(probe.op, *call.args, **call.kwargs))
+    rows_shuffled = probe.rows(
+        shuffled, ctx.call(probe.op, *call_shuffled.args, **call_shuffled.kwargs)
+    )
+    with ctx.check("order"):
+        assert_same_output(
+            "purity.order",
+            f"{probe.op} on samples permuted to {case['perm']} (per uid)",
+            rows,
+            rows_shuffled,
+            tolerance=ctx.tolerance,
         )
-        with ctx.check("order"):
-            assert_same_output(
-                "purity.order",
-                f"{probe.op} on samples permuted to {case['perm']} (per uid)",
-                rows,
-                rows_shuffled,
-                tolerance=ctx.tolerance,
-            )
 
 
 # ---------------------------------------------------------------------------------------

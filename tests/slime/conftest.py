@@ -1,8 +1,9 @@
 """Fixtures for the slime adapter tests: a loaded target, with sys.modules restored after.
 
-Loading slime (the stand-in or a real checkout) puts a ``slime`` package and, where the
-real packages are absent, the adapter's shims (megatron, httpx) into
-``sys.modules``; the fixtures take them out again so no other test sees them.
+Loading slime (the stand-in or a real checkout) puts a ``slime`` package, the checkout's
+``examples`` package and, where the real packages are absent, the adapter's shims
+(megatron, httpx) into ``sys.modules``; the fixtures take them out again so no other test
+sees them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ STANDIN = Path(__file__).parent / "standin"
 
 @pytest.fixture()
 def isolated_imports() -> Iterator[None]:
-    owned = ("slime", "megatron", "httpx", "transformers")
+    owned = ("slime", "examples", "megatron", "httpx", "transformers")
     saved = {n: m for n, m in sys.modules.items() if n.split(".")[0] in owned}
     path = list(sys.path)
     yield

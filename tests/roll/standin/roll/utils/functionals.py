@@ -172,3 +172,60 @@ def reduce_metrics(metrics, reduce_func=np.mean):
         tag = key.rsplit("@", 1)[1] if "@" in key else key.rsplit("_", 1)[-1]
         out[key] = reducers.get(tag, reduce_func)(values)
     return out
+
+
+def log_probs_from_logits(logits, labels):
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    return log_probs.gather(dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
+
+
+def get_sample_level_mask(data, pipeline_config):
+    """final_response_mask = response_mask[:, 1:] x the sample filters (error_max_len_clip:
+    a sample is kept when its score is 1, or 0 with fewer tokens than the threshold)."""
+    response_mask = data.batch["response_mask"][:, 1:]
+    keep = torch.ones(response_mask.shape[0], dtype=torch.bool)
+    if pipeline_config.error_max_len_clip:
+        scores = data.batch["scores"]
+        lengths = response_mask.sum(-1)
+        keep = keep & (
+            ((scores == 0) & (lengths < pipeline_config.error_max_len_threshold)) | (scores == 1)
+        )
+    data.batch["final_response_mask"] = torch.where(
+        keep.unsqueeze(-1), response_mask, torch.zeros_like(response_mask)
+    )
+    return data, {}
+
+
+def get_seqlen_balanced_partitions(seqlen_list, k_partitions, equal_size=False):
+    """Heaviest first onto the lightest part with room; the input order's contiguous parts
+    when those are better (values are the workloads the caller computed)."""
+    n = len(seqlen_list)
+    capacity = n // k_partitions if equal_size else n
+    parts = [[] for _ in range(k_partitions)]
+    loads = [0] * k_partitions
+    for i in sorted(range(n), key=lambda i: (-seqlen_list[i], i)):
+        open_parts = [p for p in range(k_partitions) if len(parts[p]) < capacity]
+        p = min(open_parts, key=lambda p: (loads[p], len(parts[p]), p))
+        parts[p].append(i)
+        loads[p] += seqlen_list[i]
+    base, extra = divmod(n, k_partitions)
+    bounds = [p * base + min(p, extra) for p in range(k_partitions + 1)]
+    contiguous = [list(range(bounds[p], bounds[p + 1])) for p in range(k_partitions)]
+    worst = max(loads, default=0)
+    if max((sum(seqlen_list[i] for i in c) for c in contiguous), default=0) < worst:
+        return contiguous
+    return [sorted(p) for p in parts]
+
+
+def batch_balance(
+    batch, dp_size, minibatch_size, logging_prefix="global_seqlen", keep_minibatch=False
+):
+    lengths = batch.batch["attention_mask"].sum(-1)
+
+    def calculate_workload(seq_len_list):
+        return 24576 * seq_len_list + seq_len_list * seq_len_list
+
+    workloads = calculate_workload(lengths)
+    partitions = get_seqlen_balanced_partitions(workloads.tolist(), dp_size, equal_size=True)
+    batch.reorder(torch.tensor([i for p in partitions for i in p]))
+    return {}

@@ -89,7 +89,7 @@ def get_reinforce_plus_plus_returns(
         actions = [t for t, m in enumerate(mask) if m]
         if actions:
             token[actions[-1]] += float(rewards[i])
-        _, returns = oracle.reinforce_pp([token], [mask], gamma=gamma)
+        _, returns = oracle.reinforce_pp([token], [mask], gamma=gamma, discount_at_holes=True)
         out.append(torch.tensor(returns[0], dtype=kl[i].dtype, device=kl[i].device))
     return out
 

@@ -3,7 +3,11 @@
 import torch
 
 from slime.backends.megatron_utils.cp_utils import get_sum_of_sample_mean
-from slime.utils.ppo_utils import calculate_log_probs_and_entropy
+from slime.utils.ppo_utils import (
+    calculate_log_probs_and_entropy,
+    compute_approx_kl,
+    get_advantages_and_returns_batch,
+)
 
 
 def _response_rows(logits, total_lengths, response_lengths):
@@ -88,6 +92,40 @@ def value_loss_function(args, batch, logits, sum_of_sample_mean):
     return loss, {"value_loss": loss.detach(), "value_clipfrac": clipfrac.detach()}
 
 
+def compute_advantages_and_returns(args, rollout_data):
+    """The ``ppo`` estimator only: token rewards -kl_coef * kl on action tokens (the
+    contract's KL in reward) plus the reward on the last response token, then GAE."""
+    assert args.advantage_estimator == "ppo"
+    kl = [
+        compute_approx_kl(lp, ref, kl_loss_type=args.kl_loss_type)
+        for lp, ref in zip(rollout_data["log_probs"], rollout_data["ref_log_probs"])
+    ]
+    rewards = []
+    for reward, row, mask in zip(rollout_data["rewards"], kl, rollout_data["loss_masks"]):
+        token = torch.where(mask.bool(), -args.kl_coef * row, torch.zeros_like(row))
+        token[-1] += reward
+        rewards.append(token)
+    rollout_data["kl"] = kl
+    advantages, returns = get_advantages_and_returns_batch(
+        rollout_data["total_lengths"],
+        rollout_data["response_lengths"],
+        rollout_data["values"],
+        rewards,
+        args.gamma,
+        args.lambd,
+    )
+    rollout_data["advantages"], rollout_data["returns"] = advantages, returns
+
+
+def policy_loss_function(args, batch, logits, sum_of_sample_mean):
+    """Only the metric the adapter reads: train_rollout_logprob_abs_diff."""
+    old = torch.cat(batch["log_probs"]) if batch["log_probs"] else logits.new_zeros(0)
+    rollout = torch.cat(batch["rollout_log_probs"]) if batch["log_probs"] else old
+    gap = sum_of_sample_mean((old - rollout).abs())
+    loss = 0 * logits.sum()
+    return loss, {"loss": loss.detach(), "train_rollout_logprob_abs_diff": gap.detach()}
+
+
 def loss_function(args, batch, num_microbatches, step_global_batch_size, logits):
     """The custom loss through the reducer, scaled as the contract's aggregation asks."""
     import importlib
@@ -100,9 +138,15 @@ def loss_function(args, batch, num_microbatches, step_global_batch_size, logits)
         batch["rollout_mask_sums"],
         args.calculate_per_token_loss,
     )
-    module, _, name = args.custom_loss_function_path.rpartition(".")
-    loss, log = getattr(importlib.import_module(module), name)(args, batch, logits, reducer)
+    if args.loss_type == "policy_loss":
+        func = policy_loss_function
+    else:
+        module, _, name = args.custom_loss_function_path.rpartition(".")
+        func = getattr(importlib.import_module(module), name)
+    loss, log = func(args, batch, logits, reducer)
     tokens = sum(int(m.sum()) for m in masks)
+    head = [float(tokens) if args.calculate_per_token_loss else 0.0]
+    log = {"keys": list(log), "values": torch.tensor(head + [float(v) for v in log.values()])}
     if args.calculate_per_token_loss:
         return loss, torch.tensor(tokens), log
     return loss * num_microbatches / max(step_global_batch_size, 1), torch.tensor(1), log

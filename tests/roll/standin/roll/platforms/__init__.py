@@ -1,0 +1,5 @@
+"""Stand-in for ``roll.platforms``: a CPU platform."""
+
+import types
+
+current_platform = types.SimpleNamespace(device_type="cpu")

@@ -1,0 +1,3 @@
+"""Stand-in for ``roll.utils.constants``: the one constant the counters read."""
+
+IGNORE_INDEX = -100

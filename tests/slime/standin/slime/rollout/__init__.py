@@ -1,0 +1,1 @@
+"""Stand-in for slime (see ../README.md)."""
