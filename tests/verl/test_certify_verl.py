@@ -48,6 +48,8 @@ def test_full_certification_exits_0_with_every_declared_break_observed(tmp_path)
 
 def test_alternate_settings_certify_only_the_ops_they_change(tmp_path):
     target = alternates()
+    if target.baseline_file is None:
+        pytest.skip(f"the alternate settings are certified on 0.9.x only, not {target.version}")
     code, report = _certify(tmp_path, "rlconform.adapters.verl:alternates")
     assert code == 0, [c for c in report["clauses"] if c["status"] in ("fail", "error")]
     ran = {row["op"] for row in report["bindings"]}
