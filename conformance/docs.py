@@ -36,6 +36,9 @@ def _reports(report_dir: Path) -> list[tuple[str, dict[str, dict[str, Any]]]]:
         profile = target.get("profile")
         if profile:
             label += f" ({profile})"
+        settings = target.get("settings")
+        if settings and settings != "trainer defaults":
+            label += f", {settings.split(' (')[0]} settings"
         found.append((label, {c["id"]: c for c in data.get("clauses", [])}))
     return found
 
