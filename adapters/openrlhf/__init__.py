@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from rlconform.adapters.base import Target
 from rlconform.adapters.openrlhf.advantage import AdvantageBindings
+from rlconform.adapters.openrlhf.entropy import EntropyBindings
 from rlconform.adapters.openrlhf.kl import KLBindings
 from rlconform.adapters.openrlhf.loss import LossBindings
 from rlconform.adapters.openrlhf.manifest import BINDINGS, PROFILE, load_deviations
 from rlconform.adapters.openrlhf.runtime import OpenRLHFRuntime, load_runtime
 
 
-class OpenRLHFTarget(KLBindings, AdvantageBindings, LossBindings, Target):
+class OpenRLHFTarget(KLBindings, AdvantageBindings, EntropyBindings, LossBindings, Target):
     """OpenRLHF, bound operation by operation."""
 
     name = "openrlhf"

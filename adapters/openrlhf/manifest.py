@@ -128,6 +128,18 @@ BINDINGS: dict[str, dict[str, object]] = {
         "functions": ["openrlhf.models.loss.PolicyLoss"],
         "path": f"{_POLICY_PATH}, IS correction token clip (tis)",
     },
+    "entropy_from_logits": {
+        "functions": ["openrlhf.models.utils.compute_entropy"],
+        "path": "Actor.forward(return_entropy=True) in PPOActor.training_step (--actor.entropy_coef)",
+    },
+    "entropy_mean": {
+        "functions": [
+            "openrlhf.models.utils.compute_entropy",
+            "openrlhf.models.loss.aggregate_loss",
+            "openrlhf.utils.loss_utils.get_loss_batch_info",
+        ],
+        "path": "PPOActor.training_step: entropy_loss (logged, and subtracted times entropy_coef)",
+    },
     "icepop_weights": {
         "functions": ["openrlhf.models.loss.PolicyLoss"],
         "path": f"{_POLICY_PATH}, IS correction token mask (icepop)",

@@ -27,6 +27,7 @@ _CALLED = (
     ("utils", "compute_approx_kl"),
     ("utils", "compute_reward"),
     ("utils", "masked_mean"),
+    ("utils", "compute_entropy"),
     ("loss", "aggregate_loss"),
     ("loss", "PolicyLoss"),
     ("loss", "ValueLoss"),

@@ -83,10 +83,16 @@ def _broken_k3_sign(
     return x.clamp(-10, 10) if kl_estimator == "k1" else (x * x / 2).clamp(-10, 10)
 
 
+def _entropy_without_the_expectation(logits):
+    """compute_entropy that forgets the sum(softmax(x) * x) term (logsumexp alone)."""
+    return torch.logsumexp(logits, dim=-1)
+
+
 PLANTS = [
     ("utils", "compute_reward", _broken_reward_last_column, "reward.place_last"),
     ("loss", "aggregate_loss", _broken_token_mean_over_padding, "agg.token_mean"),
     ("kl_controller", "AdaptiveKLController", _UnclippedAdaptiveKL, "kl.adaptive_controller"),
+    ("utils", "compute_entropy", _entropy_without_the_expectation, "entropy.from_logits"),
 ]
 
 

@@ -132,6 +132,17 @@ def test_aggregate_loss_nan_padding_and_empty_batch(orl):
     assert REF.agg_loss(t([[1.0, float("nan")]]), mask.long(), "token-mean").item() == 1.0
 
 
+def test_entropy_loss_of_no_action_token_or_nan_padding_is_nan(orl):
+    entropy = orl.entropy_mean
+    empty = entropy(torch.zeros(1, 1, 2), torch.zeros(1, 1, dtype=torch.long))
+    assert math.isnan(empty.item())
+    assert REF.entropy_mean(torch.zeros(1, 1, 2), torch.zeros(1, 1, dtype=torch.long)).item() == 0
+    logits = t([[[0.0, 0.0], [float("nan"), 0.0]]])
+    mask = torch.tensor([[1, 0]])
+    assert math.isnan(entropy(logits, mask).item())
+    assert REF.entropy_mean(logits, mask).item() == pytest.approx(math.log(2))
+
+
 def test_loss_batch_info_of_zero_rows_raises(orl):
     with pytest.raises(RuntimeError, match="reshape"):
         orl.runtime.loss_utils.get_loss_batch_info(None, torch.zeros(0, 3, dtype=torch.bool))

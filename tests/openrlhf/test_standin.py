@@ -35,6 +35,7 @@ MUST_PASS = (
     "offpolicy.icepop",
     "agg.token_mean",
     "agg.seq_mean_token_mean",
+    "entropy.from_logits",
 )
 
 

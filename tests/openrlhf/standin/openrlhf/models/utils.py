@@ -37,3 +37,7 @@ def masked_mean(tensor, mask, dim=None):
     total = torch.where(keep, tensor, torch.zeros_like(tensor)).sum(dim=dim)
     count = keep.sum(dim=dim)
     return torch.where(count > 0, total / count.clamp(min=1), torch.zeros_like(total))
+
+
+def compute_entropy(logits):
+    return _REF.entropy_from_logits(logits)
