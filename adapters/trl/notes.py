@@ -94,7 +94,7 @@ TAIL = """### Not bound (skipped) and why
 
 ### Engine notes
 
-- `loss.ppo_clip`, `loss.dual_clip`, `loss.gspo`, `loss.cispo` fail on the check `reduced` (and `shard_invariance`): `policy_loss_reduced` is bound to the scalar `_compute_loss` returns, and with NaN/inf padding that scalar is NaN (TRL masks by multiplication, as in `agg.token_mean`); the clauses run these checks without listing them among their checks, so the baseline cannot declare them. The entries they need are listed at the end of `adapters/trl/baselines/trl-1.16.0.toml`; among them `reduced` on `extreme_log_ratio` is edge: a log-ratio of 29.5 with A < 0 gives TRL's scalar 2.4e10 where the contract's clamp gives 1.6e8.
+- `loss.ppo_clip`, `loss.dual_clip`, `loss.gspo`, `loss.cispo` check `reduced` (and `shard_invariance`) on the scalar `_compute_loss` returns (`policy_loss_reduced`): with NaN/inf padding that scalar is NaN (TRL masks by multiplication, as in `agg.token_mean`), and with an unclamped log-ratio of 29.5 and A < 0 it is 2.4e10 where the contract's clamp gives 1.6e8; both are declared entries above.
 - `agg.shard_invariance` passes (in-process and on gloo ranks): token-mean through TRL's global `num_items_in_batch`; grpo / luspo / dr_grpo shards of unequal size are inexpressible (TRL's micro-batches all hold per_device_train_batch_size rows), equal ones give TRL's own full-batch value.
 
 ### Contract questions raised
