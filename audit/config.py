@@ -26,7 +26,7 @@ from rlconform.oracle.kl import ESTIMATOR_ALIASES
 # --profile name -> "module:attribute" of the Profile an adapter declares.
 PROFILES: dict[str, str] = {
     "torchref": "rlconform.adapters.torchref:TORCHREF_PROFILE",
-    "verl": "rlconform.adapters.verl.manifest:PROFILE",
+    "verl": "rlconform.adapters.verl.profile:PROFILE",
     "slime": "rlconform.adapters.slime.manifest:SLIME_PROFILE",
     "roll": "rlconform.adapters.roll.manifest:PROFILE",
 }

@@ -59,6 +59,35 @@ def _same(expected: float, actual: float) -> bool:
     return False
 
 
+def overflowed(
+    expected: Sequence[Sequence[float]], actual: Sequence[Sequence[float]], limit: float
+) -> set[tuple[int, int]]:
+    """Positions where the exact value exceeds the dtype's range (``limit``, its largest
+    finite number) and the implementation returned an infinity of the same sign: what a
+    correct implementation without a clamp returns there (CONTRACT: KL and loss overflow)."""
+    return {
+        (i, t)
+        for i, row in enumerate(actual)
+        for t, a in enumerate(row)
+        if math.isinf(a)
+        and not math.isnan(expected[i][t])
+        and abs(expected[i][t]) > limit
+        and (a > 0) == (expected[i][t] > 0)
+    }
+
+
+def with_actual_at(
+    expected: Sequence[Sequence[float]],
+    actual: Sequence[Sequence[float]],
+    positions: set[tuple[int, int]],
+) -> list[list[float]]:
+    """``expected`` with the actual value at ``positions`` (accepted as they are)."""
+    rows = [list(row) for row in expected]
+    for i, t in positions:
+        rows[i][t] = actual[i][t]
+    return rows
+
+
 def assert_rows_close(
     clause: str,
     what: str,

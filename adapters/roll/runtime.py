@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import importlib.machinery
 import importlib.util
 import io
 import logging
@@ -96,7 +97,9 @@ def _shim_omegaconf() -> types.ModuleType:
 def _shim_transfer_queue() -> types.ModuleType:
     """transfer_queue (PyPI TransferQueue): the optional remote batch store behind
     ``transfer_backend``; imported unconditionally on Python < 3.13, never called here."""
-    return types.ModuleType("transfer_queue")
+    module = types.ModuleType("transfer_queue")
+    module.__spec__ = importlib.machinery.ModuleSpec("transfer_queue", None)
+    return module
 
 
 def _shim_imageio() -> types.ModuleType:

@@ -65,27 +65,50 @@ class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
 
+def _installed(name: str) -> bool:
+    if name in sys.modules:
+        return sys.modules[name] is not None
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a module in sys.modules without a __spec__
+        return False
+
+
 def missing_services() -> tuple[str, ...]:
     """The optional services that are not installed (only these are ever stubbed)."""
-    return tuple(name for name in OPTIONAL_SERVICES if importlib.util.find_spec(name) is None)
+    return tuple(name for name in OPTIONAL_SERVICES if not _installed(name))
+
+
+def _other_adapters_shims() -> dict[str, types.ModuleType]:
+    """Optional services another adapter shimmed in this process (ROLL's bare
+    ``transfer_queue``): set aside while verl imports, so verl gets its own placeholder."""
+    return {
+        name: sys.modules[name]
+        for name in OPTIONAL_SERVICES
+        if getattr(sys.modules.get(name), "__rlconform_shim__", False)
+    }
 
 
 @contextlib.contextmanager
 def optional_services_stubbed() -> Iterator[tuple[str, ...]]:
     """Placeholders for the missing optional services while the block imports verl."""
+    set_aside = _other_adapters_shims()
+    for name in set_aside:
+        del sys.modules[name]
     roots = missing_services()
-    if not roots:
-        yield roots
-        return
     finder = _PlaceholderFinder(roots)
-    sys.meta_path.insert(0, finder)
+    if roots:
+        sys.meta_path.insert(0, finder)
     try:
         yield roots
     finally:
-        sys.meta_path.remove(finder)
+        if roots:
+            sys.meta_path.remove(finder)
         for name in [m for m in sys.modules if m.split(".", 1)[0] in roots]:
-            if isinstance(sys.modules[name].__spec__.loader, _PlaceholderFinder):
+            spec = getattr(sys.modules[name], "__spec__", None)
+            if isinstance(getattr(spec, "loader", None), _PlaceholderFinder):
                 del sys.modules[name]
+        sys.modules.update(set_aside)
 
 
 def import_verl_module(name: str) -> types.ModuleType:

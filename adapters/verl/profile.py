@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from rlconform.adapters.base import Profile
-from rlconform.adapters.verl.releases import Release, Settings
+from rlconform.adapters.verl.releases import DEFAULTS, RELEASES, Release, Settings
 
 _PROFILE = Profile(
     name="verl",
@@ -68,3 +68,8 @@ def profile_for(release: Release, settings: Settings) -> Profile:
         else (release.profile_name + "-alternates")
     )
     return dataclasses.replace(_PROFILE, name=name, extra=extra, **fields)
+
+
+#: The newest line's default-trainer profile: what ``rlconform audit --profile verl`` applies
+#: (read without importing verl).
+PROFILE = profile_for(RELEASES[-1], DEFAULTS)

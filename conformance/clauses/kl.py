@@ -33,7 +33,12 @@ import torch
 from hypothesis import strategies as st
 
 from rlconform.conformance import strategies as cs
-from rlconform.conformance.compare import assert_rows_close, assert_scalar_close
+from rlconform.conformance.compare import (
+    assert_rows_close,
+    assert_scalar_close,
+    overflowed,
+    with_actual_at,
+)
 from rlconform.conformance.errors import ClauseMismatch, TargetError
 from rlconform.conformance.features import allows
 from rlconform.conformance.harness import assert_padding_zero, pad_right, unpad_right
@@ -189,15 +194,11 @@ def accept_overflow(
     """Without a clamp a value may overflow: where the exact value exceeds the dtype's range
     an infinite value of the same sign is accepted, and the gradient there is not checked
     (finiteness of the gradient is required only where the value is finite)."""
-    limit = torch.finfo(ctx.dtype).max
-    values, grads = [list(row) for row in expected], [list(row) for row in expected_grad]
-    for i, row in enumerate(actual):
-        for t, a in enumerate(row):
-            e = expected[i][t]
-            if math.isinf(a) and not math.isnan(e) and abs(e) > limit and (a > 0) == (e > 0):
-                values[i][t] = a
-                grads[i][t] = actual_grad[i][t]
-    return values, grads
+    positions = overflowed(expected, actual, torch.finfo(ctx.dtype).max)
+    return (
+        with_actual_at(expected, actual, positions),
+        with_actual_at(expected_grad, actual_grad, positions),
+    )
 
 
 def nudged_clamps(clamps: dict[str, float | None], eps: float) -> list[dict[str, float | None]]:
