@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from rlconform.adapters.base import Profile, Target
+from rlconform.conformance import phases
 from rlconform.conformance.compare import Tolerance, tolerance_for
 from rlconform.conformance.errors import ClauseMismatch, TargetError
 from rlconform.conformance.harness import torch_dtype
@@ -109,7 +110,8 @@ class CheckContext:
     @staticmethod
     def _invoke(op: str, fn: Any, args: tuple, kwargs: dict) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with phases.phase("target"):
+                return fn(*args, **kwargs)
         except Exception as exc:  # the implementation's failure, whatever its type
             raise TargetError(op, exc) from exc
 

@@ -60,6 +60,9 @@ class Clause:
     cases can have: the generic feature walker's findings are limited to them, and the
     strategy must reach each (tests/engine/test_features.py). ``case_features(case)`` adds
     features the walker cannot see (e.g. a rejection band that removes every token).
+    ``prepare(target, device)`` starts what the check will need in the background before
+    the run reaches the clause (agg.shard_invariance's gloo worlds), so that its start-up
+    overlaps the clauses before it; it must never decide a verdict.
     """
 
     id: str
@@ -74,6 +77,7 @@ class Clause:
     checks: tuple[str, ...] = ()
     meets: tuple[str, ...] = ()
     case_features: Callable[[Any], Any] | None = None
+    prepare: Callable[[Any, str], None] | None = None
 
     @property
     def area(self) -> str:
@@ -116,6 +120,7 @@ def clause(
     checks: Sequence[str] = (),
     meets: Sequence[str] = (),
     case_features: Callable[[Any], Any] | None = None,
+    prepare: Callable[[Any, str], None] | None = None,
 ) -> Callable[[Callable[[Any, Any], None]], Callable[[Any, Any], None]]:
     """Register the decorated ``check(ctx, case)`` under the CONTRACT clause ``id``."""
 
@@ -135,6 +140,7 @@ def clause(
             checks=tuple(checks),
             meets=tuple(meets),
             case_features=case_features,
+            prepare=prepare,
         )
         return check
 

@@ -8,6 +8,13 @@ skipped for that case only and counted. A clause that fails is explored again re
 to the milder domains: its severity is the mildest domain where it still fails, and its
 counterexample is that domain's minimal case. Declared deviations get their severity the
 same way. An exception or a hang inside the implementation fails only that clause.
+
+``grading=False`` asks only whether the clause fails: the first uncovered failure is
+returned as found (hypothesis does not shrink it, no milder domain is searched, severity is
+not computed), which is what a test that asserts ``fail`` needs. A clause whose first
+``max(2 x max_examples, 50)`` cases are all skipped (inexpressible, or a variant the target
+lacks) stops there and is ``skip``, rather than drawing hypothesis' full budget of invalid
+cases.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import traceback as tb
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from hypothesis import HealthCheck, Verbosity, example, given, reject, settings
+from hypothesis import HealthCheck, Phase, Verbosity, example, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Unsatisfiable
 from hypothesis.strategies import SearchStrategy
@@ -30,6 +37,7 @@ from hypothesis.strategies import SearchStrategy
 from rlconform.adapters.base import Deviation, Inexpressible, Target, Unsupported
 from rlconform.adapters.base import deviation_entries as _entries_of
 from rlconform.conformance import features as feats
+from rlconform.conformance import phases
 from rlconform.conformance.context import CheckContext, Observer
 from rlconform.conformance.errors import ClauseMismatch, ClauseTimeout, TargetError
 from rlconform.conformance.literal import to_jsonable, to_literal
@@ -42,6 +50,15 @@ NOT_IMPLEMENTED = "not implemented by target"
 
 class _TimeLimitExceeded(BaseException):
     """Raised by the alarm; a BaseException so that hypothesis does not shrink on it."""
+
+
+class _AllSkipped(BaseException):
+    """Every case so far was skipped, enough of them to stop looking (a BaseException:
+    hypothesis lets it through)."""
+
+
+# A clause stops looking for an expressible case after this many skipped ones (none ran).
+MIN_SKIPPED_BEFORE_GIVING_UP = 50
 
 
 @contextlib.contextmanager
@@ -160,6 +177,7 @@ class _Exploration(Observer):
         self.observed_checks: dict[int, set[str]] = {}
         self.skipped: dict[str, set[str]] = {}
         self.seen: set[str] = set()
+        self.ran = 0  # cases that reached the end of the check or failed it (not skipped)
         self.ctx = CheckContext(
             target=target,
             device=options["device"],
@@ -185,14 +203,20 @@ class _Exploration(Observer):
             message = getattr(failure, "message", str(failure))
             self.observed[index] = _Observation(rank, case_features, message, self._case)
 
-    def run(self, domain: str, *, pinned: bool = True) -> _Failure | None:
+    def run(self, domain: str, *, pinned: bool = True, purpose: str = "explore") -> _Failure | None:
         """Explore at ``domain`` or milder (without the pinned examples when ``pinned`` is
         False: generated failures are shrunk, pinned ones are not); the uncovered failure
-        that stopped it, or None."""
+        that stopped it, or None. ``purpose`` names the pass in the engine's time figures."""
         run_profile: RunProfile = self.options["run_profile"]
         try:
-            with feats.restricted(domain), time_limit(run_profile.clause_time_limit_s):
+            with (
+                phases.engine_pass(purpose),
+                feats.restricted(domain),
+                time_limit(run_profile.clause_time_limit_s),
+            ):
                 self._explore(domain, pinned)
+        except _AllSkipped:
+            return None
         except _TimeLimitExceeded:
             return _Failure(
                 "error", f"timed out after {run_profile.clause_time_limit_s:g} s", graded=False
@@ -253,8 +277,13 @@ class _Exploration(Observer):
         for case in reversed(pinned):
             test = example(case)(test)
         max_examples = max(1, int(run_profile.max_examples * clause.max_examples_scale))
+        self.give_up_after = max(2 * max_examples, MIN_SKIPPED_BEFORE_GIVING_UP)
+        search = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
+        if self.options["grading"]:
+            search.append(Phase.shrink)
         test = settings(
             max_examples=max_examples,
+            phases=search,
             derandomize=run_profile.derandomize and seed is None,
             deadline=None,
             database=None,
@@ -268,6 +297,14 @@ class _Exploration(Observer):
         test()
 
     def _check(self, case: Any) -> None:
+        try:
+            self._check_case(case)
+        except (ClauseMismatch, TargetError):
+            phases.switch_pass("shrink")  # hypothesis minimises what it found from here on
+            raise
+        self.ran += 1
+
+    def _check_case(self, case: Any) -> None:
         ctx = self.ctx
         key = repr(case)
         self.seen.add(key)
@@ -286,6 +323,8 @@ class _Exploration(Observer):
                 self.skipped.setdefault(reason, set()).add(key)
                 if case is None:
                     raise
+                if not self.ran and _skipped_count(self) >= self.give_up_after:
+                    raise _AllSkipped() from None
                 reject()
             if not self.tolerate(failure):
                 raise
@@ -315,17 +354,26 @@ def run_clause(
     *,
     device: str = "cpu",
     seed: int | None = None,
+    grading: bool = True,
 ) -> ClauseResult:
-    """Certify one clause; never raises for anything the target or the clause does."""
+    """Certify one clause; never raises for anything the target or the clause does.
+
+    ``grading=False``: the first failure as found, without severity (see the module doc)."""
     started = time.perf_counter()
-    result = _run_clause(clause, target, run_profile, device=device, seed=seed)
+    result = _run_clause(clause, target, run_profile, device=device, seed=seed, grading=grading)
     result.duration_s = time.perf_counter() - started
     result.title = clause.title
     return result
 
 
 def _run_clause(
-    clause: Clause, target: Target, run_profile: RunProfile, *, device: str, seed: int | None
+    clause: Clause,
+    target: Target,
+    run_profile: RunProfile,
+    *,
+    device: str,
+    seed: int | None,
+    grading: bool,
 ) -> ClauseResult:
     missing = [op for op in clause.ops if not target.implements(op)]
     if missing:
@@ -339,10 +387,18 @@ def _run_clause(
     if problem:
         return ClauseResult(clause.id, "error", problem, graded=False)
     exploration = _Exploration(
-        clause, target, entries, run_profile=run_profile, device=device, seed=seed
+        clause,
+        target,
+        entries,
+        run_profile=run_profile,
+        device=device,
+        seed=seed,
+        grading=grading,
     )
     failure = exploration.run("hardening")
     severity = None
+    if not grading:
+        return _result(clause, target, exploration, failure, severity)
     if failure is not None and failure.graded:
         failure, severity = _grade(clause, exploration, failure)
     _grade_entries(clause, exploration, failure)
@@ -373,12 +429,12 @@ def _grade(clause: Clause, exploration: _Exploration, failure: _Failure) -> tupl
     check)."""
     found = _domain_of(clause, failure)
     for domain in feats.DOMAINS[: feats.domain_rank(found)]:
-        milder = exploration.run(domain)
+        milder = exploration.run(domain, purpose="grade")
         if milder is not None and milder.graded:
             failure, found = milder, _domain_of(clause, milder)
             break
     if failure.case is not None and _is_pinned(clause, failure.case):
-        shrunk = exploration.run(found, pinned=False)
+        shrunk = exploration.run(found, pinned=False, purpose="grade")
         same = shrunk is not None and shrunk.graded and shrunk.check == failure.check
         if same and _domain_of(clause, shrunk) == found:
             failure = shrunk
@@ -395,7 +451,12 @@ def _is_pinned(clause: Clause, case: Any) -> bool:
 
 
 def _grade_entries(clause: Clause, exploration: _Exploration, failure: _Failure | None) -> None:
-    """Observe each declared deviation at its mildest domain (re-exploring where needed)."""
+    """Observe each declared deviation at its mildest domain (re-exploring where needed).
+
+    After a first exploration that ran to its end (no uncovered failure), every pinned
+    example has run and been recorded at its own domain: the re-explorations draw generated
+    cases only."""
+    pinned = failure is not None
     for domain in feats.DOMAINS[:-1]:
         rank = feats.domain_rank(domain)
         wanted = [
@@ -406,7 +467,7 @@ def _grade_entries(clause: Clause, exploration: _Exploration, failure: _Failure 
         ]
         if not wanted or failure is not None and not failure.graded:
             continue
-        exploration.run(domain)
+        exploration.run(domain, pinned=pinned, purpose="grade")
 
 
 def _could_occur_at(entry: Deviation, rank: int) -> bool:
@@ -586,6 +647,8 @@ def certify(
     on_result: Callable[[ClauseResult], None] | None = None,
 ) -> RunReport:
     """Run every clause and collect a report."""
+    clauses = list(clauses)
+    _prepare(clauses, target, device)
     results = []
     for clause in clauses:
         if on_start is not None:
@@ -597,6 +660,17 @@ def certify(
     header = target.describe()
     header["profile"] = run_profile.name
     return RunReport(target=header, clauses=results, bindings=binding_rows(target, results))
+
+
+def _prepare(clauses: list[Clause], target: Target, device: str) -> None:
+    """Let the clauses that will run start their background work (``Clause.prepare``)."""
+    for clause in clauses:
+        if clause.prepare is None or not all(target.implements(op) for op in clause.ops):
+            continue
+        if clause.applies is not None and clause.applies(target):
+            continue
+        with contextlib.suppress(Exception):
+            clause.prepare(target, device)
 
 
 def binding_rows(target: Target, results: Iterable[ClauseResult]) -> list[dict[str, Any]]:

@@ -13,16 +13,30 @@ from rlconform.conformance.results import ClauseResult
 from rlconform.conformance.runner import run_clause
 
 
-def certify_one(target: Target, clause_id: str, profile: str = "ci") -> ClauseResult:
-    """Run one clause against ``target`` with the CI run profile."""
-    return run_clause(get(clause_id), target, get_run_profile(profile))
+def certify_one(
+    target: Target, clause_id: str, profile: str = "ci", *, grading: bool = True
+) -> ClauseResult:
+    """Run one clause against ``target`` with the CI run profile (graded: severity and the
+    minimal case of the mildest failing domain, as a report gives them)."""
+    return run_clause(get(clause_id), target, get_run_profile(profile), grading=grading)
 
 
 def assert_caught(target: Target, clause_id: str) -> ClauseResult:
-    """A broken variant must fail (not error, not pass) on the clause it breaks."""
-    result = certify_one(target, clause_id)
+    """A broken variant must fail (not error, not pass) on the clause it breaks. Ungraded:
+    the first failing case as found (no shrinking, no severity); a test that asserts the
+    severity or the minimal case uses ``certify_one``."""
+    return _assert_fails(certify_one(target, clause_id, grading=False))
+
+
+def assert_graded(target: Target, clause_id: str) -> ClauseResult:
+    """As ``assert_caught``, graded: the result has the severity and the minimal case of the
+    mildest failing domain (for tests that assert them)."""
+    return _assert_fails(certify_one(target, clause_id))
+
+
+def _assert_fails(result: ClauseResult) -> ClauseResult:
     assert result.status == "fail", (
-        f"{clause_id}: expected fail, got {result.status}: {result.message}"
+        f"{result.id}: expected fail, got {result.status}: {result.message}"
     )
     return result
 

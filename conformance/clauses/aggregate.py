@@ -35,7 +35,7 @@ from rlconform.adapters.base import Inexpressible, Unsupported
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.compare import assert_rows_close, assert_scalar_close
 from rlconform.conformance.context import CheckContext
-from rlconform.conformance.distributed import run_gloo
+from rlconform.conformance.distributed import prestart, run_gloo
 from rlconform.conformance.errors import ClauseMismatch, TargetError
 from rlconform.conformance.harness import assert_padding_zero, pad_right, unpad_right
 from rlconform.conformance.registry import clause
@@ -652,6 +652,7 @@ def _gloo_features(case: dict[str, Any]) -> set[str]:
     checks=("scalar", "batch_info", "loss", "grad"),
     meets=(*MODE_FEATURES, "uneven_shards", "empty_shard"),
     case_features=_gloo_features,
+    prepare=lambda target, device: _start_worlds(target, device),
 )
 def check_shard_invariance(ctx: CheckContext, case: dict[str, Any]) -> None:
     if "world_size" in case:
@@ -667,6 +668,15 @@ def check_shard_invariance(ctx: CheckContext, case: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------- gloo
+
+
+def _start_worlds(target: Any, device: str) -> None:
+    """Start the gloo worlds of the pinned gloo cases in the background, each running its
+    case once (the target's first calls import what they need); the results are dropped."""
+    for case in _shard_examples():
+        if "world_size" in case:
+            payload = {"target": target, "device": device, "cases": case["cases"]}
+            prestart(case["world_size"], _gloo_rank, payload)
 
 
 def _check_on_gloo(ctx: CheckContext, case: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ import torch
 
 from rlconform.adapters.base import with_overrides
 from rlconform.adapters.torchref import TorchRef
-from tests.conftest import assert_caught, certify_one
+from tests.conftest import assert_caught, assert_graded, certify_one
 
 
 def _with_profile(target, **extra):
@@ -38,13 +38,13 @@ def gae_dropping_hole_rewards(self, rewards, values, response_mask, gamma, lam, 
 
 def test_scores_over_action_tokens_only_fail_on_hole_rewards(torchref):
     broken = with_overrides(torchref, advantage_grpo=grpo_scores_over_action_tokens)
-    result = assert_caught(broken, "adv.grpo")
+    result = assert_graded(broken, "adv.grpo")
     assert result.severity == "edge" and "hole_reward" in result.features
 
 
 def test_gae_dropping_hole_rewards_fails_on_hole_rewards(torchref):
     broken = with_overrides(torchref, advantage_gae=gae_dropping_hole_rewards)
-    result = assert_caught(broken, "adv.gae")
+    result = assert_graded(broken, "adv.gae")
     assert result.severity == "edge" and "hole_reward" in result.features
 
 
@@ -78,7 +78,7 @@ def gae_ignoring_the_bootstrap(self, rewards, values, response_mask, gamma, lam,
 
 def test_a_missing_bootstrap_fails_unless_the_profile_declares_it(torchref):
     broken = with_overrides(torchref, advantage_gae=gae_ignoring_the_bootstrap)
-    result = assert_caught(broken, "adv.gae")
+    result = assert_graded(broken, "adv.gae")
     assert "truncated_sample" in result.features and result.severity == "nominal"
     declared = with_overrides(
         _with_profile(torchref, truncated_bootstrap=False), advantage_gae=gae_ignoring_the_bootstrap
@@ -109,7 +109,7 @@ def tis_garbage_but_finite_off_actions(
 
 def test_non_finite_weights_off_action_tokens_are_a_hardening_break(torchref):
     broken = with_overrides(torchref, tis_weights=tis_leaking_nan_at_padding)
-    result = assert_caught(broken, "offpolicy.tis")
+    result = assert_graded(broken, "offpolicy.tis")
     assert result.check == "off_action_finite" and result.severity == "hardening"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from rlconform.adapters.base import with_overrides
-from tests.conftest import assert_caught
+from tests.conftest import assert_caught, assert_graded
 
 _MERGED = ("unscored", "tool_error", "truncated", "aborted")
 
@@ -104,7 +104,7 @@ def test_dropped_tokens_counted_as_kept_are_caught(torchref):
 
 def test_float32_filter_rate_at_threshold_is_caught(torchref):
     broken = with_overrides(torchref, filter_samples=filter_with_float32_rate)
-    result = assert_caught(broken, "filter.stats")
+    result = assert_graded(broken, "filter.stats")
     assert "alert" in result.message and result.check == "alert"
     assert result.severity == "nominal", result.features
 

@@ -6,7 +6,7 @@ import torch
 
 from rlconform.adapters.base import with_overrides
 from rlconform.adapters.torchref import TorchRef
-from tests.conftest import assert_caught, certify_one
+from tests.conftest import assert_caught, assert_graded, certify_one
 
 
 def positions_counting_left_padding(self, prompts, responses, **kwargs):
@@ -115,7 +115,7 @@ def test_unpack_dropping_last_token_is_caught(torchref):
 
 def test_unpad_reading_garbage_padding_is_caught(torchref):
     broken = with_overrides(torchref, unpad_batch=unpad_reading_the_logprob_padding)
-    result = assert_caught(broken, "layout.roundtrip")
+    result = assert_graded(broken, "layout.roundtrip")
     assert result.check == "garbage_padding" and result.severity == "nominal", result.message
     assert "padding_finite" in result.features
 

@@ -6,7 +6,7 @@ import torch
 
 from rlconform.adapters.base import Profile, with_overrides
 from rlconform.adapters.torchref import TorchRef
-from tests.conftest import assert_caught, certify_one
+from tests.conftest import assert_caught, assert_graded, certify_one
 
 
 def logprobs_from_row_p_plus_j(
@@ -141,7 +141,7 @@ def entropy_mean_dividing_by_the_valid_count(self, logits, mask):
 
 def test_entropy_mean_of_no_valid_position_must_be_zero(torchref):
     broken = with_overrides(torchref, entropy_mean=entropy_mean_dividing_by_the_valid_count)
-    result = assert_caught(broken, "entropy.from_logits")
+    result = assert_graded(broken, "entropy.from_logits")
     assert result.check == "empty_mean" and result.severity == "edge", result.message
 
 
@@ -155,7 +155,7 @@ def sampling_logprobs_unmasked(
 
 def test_padding_not_zeroed_is_caught(torchref):
     broken = with_overrides(torchref, sampling_logprobs=sampling_logprobs_unmasked)
-    result = assert_caught(broken, "logprob.sampling_distribution")
+    result = assert_graded(broken, "logprob.sampling_distribution")
     assert result.check == "padding_zero" and result.severity == "nominal", result.message
 
 

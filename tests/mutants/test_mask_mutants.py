@@ -8,7 +8,7 @@ import torch
 
 from rlconform.adapters.base import with_overrides
 from rlconform.adapters.torchref import TorchRef
-from tests.conftest import assert_caught, certify_one
+from tests.conftest import assert_caught, assert_graded, certify_one
 
 
 def eos_mask_excluding_eos(self, response_ids, eos_token):
@@ -100,7 +100,7 @@ def test_unchecked_response_part_is_caught(torchref):
     broken = with_overrides(
         torchref, response_mask_from_attention=response_mask_checking_the_prompt_only
     )
-    result = assert_caught(broken, "mask.response_from_attention")
+    result = assert_graded(broken, "mask.response_from_attention")
     assert result.check == "rejects_violation" and result.severity == "hardening"
     assert "not right-padded" in result.message
 
@@ -112,14 +112,14 @@ def test_rejection_without_message_is_caught(torchref):
 
 def test_masked_mean_over_all_positions_is_caught(torchref):
     broken = with_overrides(torchref, masked_mean=masked_mean_over_all_positions)
-    result = assert_caught(broken, "mask.loss")
+    result = assert_graded(broken, "mask.loss")
     assert "masked mean" in result.message
     assert result.check == "masked_mean" and result.severity == "nominal"
 
 
 def test_masked_mean_leaking_nan_is_caught(torchref):
     broken = with_overrides(torchref, masked_mean=masked_mean_multiplying_mask)
-    result = assert_caught(broken, "mask.loss")
+    result = assert_graded(broken, "mask.loss")
     assert result.check == "masked_mean" and result.severity == "hardening"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from rlconform.adapters.base import with_overrides
-from tests.conftest import assert_caught
+from tests.conftest import assert_caught, assert_graded
 
 
 def length_mean_without_aborted(self, response_mask):
@@ -79,7 +79,7 @@ def accounting_dropped_as_kept(self, response_lengths, keep):
 
 
 def test_length_mean_without_aborted_is_caught(torchref):
-    result = assert_caught(
+    result = assert_graded(
         with_overrides(torchref, response_length_metrics=length_mean_without_aborted),
         "metrics.response_length",
     )
@@ -88,7 +88,7 @@ def test_length_mean_without_aborted_is_caught(torchref):
 
 
 def test_clip_ratio_against_longest_is_caught(torchref):
-    result = assert_caught(
+    result = assert_graded(
         with_overrides(torchref, response_length_metrics=clip_ratio_against_longest),
         "metrics.response_length",
     )
@@ -96,7 +96,7 @@ def test_clip_ratio_against_longest_is_caught(torchref):
 
 
 def test_std_with_ddof_1_is_caught(torchref):
-    result = assert_caught(
+    result = assert_graded(
         with_overrides(torchref, validation_metrics=std_with_ddof_1), "metrics.validation_at_n"
     )
     assert "std@" in result.message and "uid=" in result.message

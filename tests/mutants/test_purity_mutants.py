@@ -8,7 +8,7 @@ from rlconform.adapters.base import with_overrides
 from rlconform.conformance.clauses.purity import PURITY_FILTER_CONFIG
 from rlconform.oracle import filter as filter_oracle
 from rlconform.oracle.schema import ALIASES
-from tests.conftest import assert_caught
+from tests.conftest import assert_caught, assert_graded
 
 
 def normalize_renaming_in_place(self, records):
@@ -88,7 +88,7 @@ def test_non_idempotent_normalize_is_caught(torchref):
 
 def test_position_dependent_grouping_is_caught(torchref):
     broken = with_overrides(torchref, normalize_kept_rewards=normalize_rewards_grouped_by_position)
-    result = assert_caught(broken, "purity.order")
+    result = assert_graded(broken, "purity.order")
     assert result.check == "order" and result.severity == "nominal"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from rlconform.adapters.base import with_overrides
-from tests.conftest import assert_caught, certify_one
+from tests.conftest import assert_caught, assert_graded, certify_one
 
 
 def reward_at_last_padded_column(self, scores, response_mask, loss_mask):
@@ -180,5 +180,5 @@ def test_td_from_next_row_is_caught(torchref):
 
 def test_td_multiplying_by_the_flag_is_a_hardening_break(torchref):
     broken = with_overrides(torchref, td_targets=td_multiplying_by_the_flag)
-    result = assert_caught(broken, "reward.td_target")
+    result = assert_graded(broken, "reward.td_target")
     assert result.severity == "hardening"

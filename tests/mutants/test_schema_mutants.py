@@ -7,7 +7,7 @@ import torch
 from rlconform.adapters.base import with_overrides
 from rlconform.oracle.errors import ContractError
 from rlconform.oracle.schema import ALIASES
-from tests.conftest import assert_caught
+from tests.conftest import assert_caught, assert_graded
 
 
 def normalize_without_uid_in_errors(self, records):
@@ -101,7 +101,7 @@ def test_batch_without_debug_field_is_caught(torchref):
 
 def test_batch_with_loss_mask_in_padding_is_caught(torchref):
     broken = with_overrides(torchref, build_batch=batch_with_loss_mask_in_padding)
-    assert assert_caught(broken, "schema.output").check == "padding_zero"
+    assert assert_graded(broken, "schema.output").check == "padding_zero"
 
 
 def test_batch_scoring_unscored_as_zero_is_caught(torchref):
