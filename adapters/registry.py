@@ -18,6 +18,16 @@ BUILTIN_TARGETS: dict[str, str] = {
 }
 
 
+def check_spec(spec: str) -> str:
+    """The ``module:attribute`` path of ``spec``; SetupError for a name that is neither a
+    registered adapter nor ``module:attribute`` (nothing is imported)."""
+    path = BUILTIN_TARGETS.get(spec, spec)
+    if ":" not in path:
+        known = ", ".join(sorted(BUILTIN_TARGETS))
+        raise SetupError(f"unknown target {spec!r}: use one of {known} or module:attribute")
+    return path
+
+
 def load_target(spec: str, **options: Any) -> Target:
     """Build the target named by ``spec``; raise SetupError with what to do on failure.
 
@@ -25,10 +35,7 @@ def load_target(spec: str, **options: Any) -> Target:
     where the attribute is a Target instance, a Target subclass, or a factory returning one.
     Options (``device``, ``framework_path``, ...) go to classes and factories that accept them.
     """
-    path = BUILTIN_TARGETS.get(spec, spec)
-    if ":" not in path:
-        known = ", ".join(sorted(BUILTIN_TARGETS))
-        raise SetupError(f"unknown target {spec!r}: use one of {known} or module:attribute")
+    path = check_spec(spec)
     module_name, _, attribute = path.partition(":")
     try:
         module = importlib.import_module(module_name)

@@ -124,16 +124,21 @@ def _check_device(device: str) -> None:
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
-    from rlconform.adapters.registry import load_target
+    # Light imports first: a wrong target name or baseline file is refused before torch
+    # and the clauses are imported.
+    from rlconform.adapters.registry import check_spec, load_target
     from rlconform.conformance import baseline
+
+    run_profile = get_run_profile(args.profile)
+    check_spec(args.target)
+    extra = [baseline.load(path) for path in args.baseline]
+    _check_device(args.device)
+
     from rlconform.conformance.registry import select
     from rlconform.conformance.report import json_report, junit, markdown
     from rlconform.conformance.report.console import ConsoleReporter
     from rlconform.conformance.runner import certify
 
-    run_profile = get_run_profile(args.profile)
-    _check_device(args.device)
-    extra = [baseline.load(path) for path in args.baseline]
     target = load_target(args.target, device=args.device, framework_path=args.framework_path)
     for entries in extra:
         target.deviations = baseline.merged(target.deviations, entries)
