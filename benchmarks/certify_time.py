@@ -2,10 +2,10 @@
 
 Not a timed test. Prints, per area, the seconds spent and the ratio against a baseline
 measured in the same run (a fixed reference workload: the machine-speed unit), so that a
-figure from a slower or busier machine stays comparable. The budget (default 60 s on the
+figure from a slower or busier machine stays comparable. The budget (default 45 s on the
 2-core reference machine) is checked on the total.
 
-    python benchmarks/certify_time.py torchref [--budget 60] [--repeat 1]
+    python benchmarks/certify_time.py torchref [--budget 45] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def reference_workload() -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("target", nargs="?", default="torchref")
-    parser.add_argument("--budget", type=float, default=60.0, help="seconds allowed for the total")
+    parser.add_argument("--budget", type=float, default=45.0, help="seconds allowed for the total")
     parser.add_argument("--profile", default="ci")
     args = parser.parse_args()
 

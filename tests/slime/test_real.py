@@ -27,6 +27,7 @@ def real_target(isolated_imports):
     return load(framework_path=real_slime_path())
 
 
+@pytest.mark.slow
 def test_real_slime_matches_its_baseline(real_target):
     report = certify(real_target, select(None), get_run_profile("ci"))
     results = {r.id: r for r in report.clauses}

@@ -53,6 +53,7 @@ PASSING = (
 )
 
 
+@pytest.mark.slow
 def test_real_trl_matches_its_baseline(real_target):
     assert baseline_path(real_target.runtime.release).exists(), real_target.runtime.release
     report = certify(real_target, select(None), get_run_profile("ci"))
