@@ -129,8 +129,20 @@ def cmd_certify(args: argparse.Namespace) -> int:
     from rlconform.adapters.registry import check_spec, load_target
     from rlconform.conformance import baseline
 
+    from rlconform.conformance.outputs import check_outputs
+
     run_profile = get_run_profile(args.profile)
     check_spec(args.target)
+    check_outputs(
+        {
+            "--json": args.json_path,
+            "--junit": args.junit_path,
+            "--markdown": args.markdown_path,
+            "--write-baseline": args.write_baseline,
+        },
+        [*args.baseline, *([args.framework_path] if args.framework_path else [])],
+        updates={"--write-baseline": args.baseline},
+    )
     extra = [baseline.load(path) for path in args.baseline]
     _check_device(args.device)
 
@@ -205,7 +217,12 @@ def _write_baseline(args, target, clauses, run_profile, report) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from rlconform.audit.cli import run
+    from rlconform.conformance.outputs import check_outputs
 
+    check_outputs(
+        {"--json": args.json_path, "--markdown": args.markdown_path},
+        [args.path, *([args.config] if args.config else [])],
+    )
     return run(args)
 
 

@@ -44,6 +44,7 @@ class CheckContext:
     observer: Observer = dataclasses.field(default_factory=Observer)
     case_features: frozenset[str] = frozenset()
     pinned: bool = False
+    returned: int = 0  # calls into the target that returned (did not raise)
     _in_place: int = 0
 
     @property
@@ -107,13 +108,14 @@ class CheckContext:
             )
         return output
 
-    @staticmethod
-    def _invoke(op: str, fn: Any, args: tuple, kwargs: dict) -> Any:
+    def _invoke(self, op: str, fn: Any, args: tuple, kwargs: dict) -> Any:
         try:
             with phases.phase("target"):
-                return fn(*args, **kwargs)
+                output = fn(*args, **kwargs)
         except Exception as exc:  # the implementation's failure, whatever its type
             raise TargetError(op, exc) from exc
+        self.returned += 1
+        return output
 
     def _purity_failure(self, op: str, check: str, before: Any, after: Any, verb: str) -> None:
         found = first_difference(before, after)

@@ -146,7 +146,14 @@ class RunReport:
         return rows
 
     @property
+    def nothing_ran(self) -> bool:
+        """Every clause was skipped: the run certified nothing."""
+        return all(r.status == "skip" for r in self.clauses)
+
+    @property
     def exit_code(self) -> int:
+        if self.nothing_ran:
+            return 1
         return 1 if any(r.fails_at(self.fail_on) for r in self.clauses) else 0
 
     def as_json(self) -> dict[str, Any]:

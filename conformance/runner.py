@@ -375,14 +375,14 @@ def _run_clause(
     seed: int | None,
     grading: bool,
 ) -> ClauseResult:
+    entries = declared_entries(target, clause.id)
     missing = [op for op in clause.ops if not target.implements(op)]
     if missing:
-        return ClauseResult(clause.id, "skip", f"{NOT_IMPLEMENTED}: {', '.join(missing)}")
+        return _skipped(clause, entries, f"{NOT_IMPLEMENTED}: {', '.join(missing)}")
     if clause.applies is not None:
         reason = clause.applies(target)
         if reason:
-            return ClauseResult(clause.id, "skip", reason)
-    entries = declared_entries(target, clause.id)
+            return _skipped(clause, entries, reason)
     problem = _invalid_entries(clause, entries)
     if problem:
         return ClauseResult(clause.id, "error", problem, graded=False)
@@ -403,6 +403,23 @@ def _run_clause(
         failure, severity = _grade(clause, exploration, failure)
     _grade_entries(clause, exploration, failure)
     return _result(clause, target, exploration, failure, severity)
+
+
+def _skipped(clause: Clause, entries: list[Deviation], reason: str) -> ClauseResult:
+    """A clause that does not run: ``skip``, unless a declared deviation expects it to run
+    (then that entry is stale: the operation it excused is gone)."""
+    if not entries:
+        return ClauseResult(clause.id, "skip", reason)
+    names = "; ".join(
+        f"[{', '.join(e.checks) or 'every check'}] {e.rationale}".splitlines()[0] for e in entries
+    )
+    return ClauseResult(
+        clause.id,
+        "fail",
+        f"stale deviation: the manifest or baseline declares {names}, but the clause does not "
+        f"run ({reason}); remove the entry",
+        graded=False,
+    )
 
 
 def _invalid_entries(clause: Clause, entries: list[Deviation]) -> str | None:
@@ -516,10 +533,18 @@ def _result(
             skipped_cases=_skipped_count(exploration),
             graded=failure.graded,
         )
-    if exploration.all_skipped:
+    observed = any(d.observed for d in deviations)
+    if exploration.all_skipped and not observed:
         reasons = "; ".join(sorted(exploration.skipped))
-        return ClauseResult(
-            clause.id, "skip", f"every case skipped: {reasons}", deviations=deviations
+        return _skipped(clause, exploration.entries, f"every case skipped: {reasons}")
+    if exploration.seen and not exploration.ctx.returned and not observed:
+        # Nothing was checked: the clause set aside every call that raised (adv.invariants
+        # leaves a raising estimator to its own clause). Never a pass.
+        return _skipped(
+            clause,
+            exploration.entries,
+            "no case was checked: every call to the target raised (the operations' own "
+            "clauses report it)" + skipped,
         )
     stale = [d for d in deviations if not d.observed]
     if stale:

@@ -70,6 +70,11 @@ class ConsoleReporter:
             self.console.print(table)
         summary = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
         self.console.print(f"summary: {summary or 'no clauses'}")
+        if report.nothing_ran:
+            self.console.print(
+                "[red]no clause ran: every selected clause was skipped (the target implements "
+                "none of their operations); exit 1[/red]"
+            )
         graded = []
         for domain, counts in report.by_severity.items():
             broken = {status: n for status, n in counts.items() if n}
