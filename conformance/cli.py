@@ -128,7 +128,6 @@ def cmd_certify(args: argparse.Namespace) -> int:
     # and the clauses are imported.
     from rlconform.adapters.registry import check_spec, load_target
     from rlconform.conformance import baseline
-
     from rlconform.conformance.outputs import check_outputs
 
     run_profile = get_run_profile(args.profile)
