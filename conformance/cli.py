@@ -201,6 +201,7 @@ def _write_baseline(args, target, clauses, run_profile, report) -> int:
         rows += discover_breaks(
             by_id[result.id], target, run_profile, device=args.device, seed=args.seed
         )
+    rows = _merged_rows(Path(args.write_baseline), rows, {c.id for c in clauses})
     Path(args.write_baseline).write_text(baseline.render(report.target, rows), encoding="utf-8")
     print(f"wrote {len(rows)} baseline entries to {args.write_baseline}")
     for clause_id in ungraded:
@@ -212,6 +213,38 @@ def _write_baseline(args, target, clauses, run_profile, report) -> int:
     if args.markdown_path:
         markdown.write(report, args.markdown_path)
     return 1 if ungraded else 0
+
+
+def _merged_rows(path, rows: list[dict], ran: set[str]) -> list[dict]:
+    """The rows to write into an existing baseline ``path``: its entries of clauses this run
+    did not select are kept as they are (``--only`` refreshes a subset), and a row this run
+    wrote keeps the rationale of the existing entry with the same clause, checks and
+    features (a reviewed rationale is never replaced by the observed message)."""
+    from rlconform.conformance import baseline
+
+    if not path.exists():
+        return rows
+    existing = baseline.load(path)
+    reviewed = {
+        (clause_id, tuple(e.checks), tuple(sorted(e.features))): e.rationale
+        for clause_id, entries in existing.items()
+        for e in entries
+    }
+    for row in rows:
+        key = (row["clause"], tuple(row["checks"]), tuple(sorted(row["features"])))
+        row["rationale"] = reviewed.get(key, row["rationale"])
+    kept = [
+        {
+            "clause": clause_id,
+            "checks": list(e.checks),
+            "features": list(e.features),
+            "rationale": e.rationale,
+        }
+        for clause_id, entries in existing.items()
+        if clause_id not in ran
+        for e in entries
+    ]
+    return kept + rows
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

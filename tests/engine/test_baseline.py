@@ -109,6 +109,25 @@ def test_write_then_apply_a_baseline(tmp_path):
     assert main(["certify", EDGE, "--only", "reward.*", "--baseline", str(written)]) == 0
 
 
+def test_write_baseline_with_only_merges_into_the_existing_file(tmp_path):
+    """--only refreshes a subset: entries of other clauses stay, a reviewed rationale of an
+    entry the run writes again is kept."""
+    written = tmp_path / "fork.toml"
+    other = (
+        '\n[[deviation]]\nclause = "adv.grpo"\nchecks = ["advantages"]\nfeatures = []\n'
+        'rationale = "reviewed: population std"\n'
+    )
+    assert main(["certify", EDGE, "--only", "reward.*", "--write-baseline", str(written)]) == 0
+    text = written.read_text().replace(
+        baseline.load(written)["reward.place_last"][0].rationale, "reviewed: column -1"
+    )
+    written.write_text(text + other)
+    assert main(["certify", EDGE, "--only", "reward.*", "--write-baseline", str(written)]) == 0
+    entries = baseline.load(written)
+    assert [e.rationale for e in entries["reward.place_last"]] == ["reviewed: column -1"]
+    assert [e.rationale for e in entries["adv.grpo"]] == ["reviewed: population std"]
+
+
 def test_a_stale_baseline_entry_is_reported_by_name(tmp_path):
     path = _write(tmp_path, _VALID)
     out = tmp_path / "r.json"
