@@ -14,19 +14,7 @@ import argparse
 import time
 from collections import defaultdict
 
-
-def reference_workload() -> float:
-    """Seconds for a fixed pure-Python workload (the machine-speed unit, the baseline).
-
-    Pure Python on purpose: the certification is dominated by interpreter work (strategies,
-    the oracle, small tensor calls), and a baseline without threads is not distorted by
-    thread contention on a loaded machine.
-    """
-    started = time.perf_counter()
-    total = 0.0
-    for i in range(3_000_000):
-        total += (i % 7) * 0.5
-    return time.perf_counter() - started
+from machine_unit import reference_workload
 
 
 def main() -> int:

@@ -23,15 +23,7 @@ import time
 from collections import defaultdict
 
 import pytest
-
-
-def reference_workload() -> float:
-    """Seconds for a fixed pure-Python workload (the machine-speed unit, the baseline)."""
-    started = time.perf_counter()
-    total = 0.0
-    for i in range(3_000_000):
-        total += (i % 7) * 0.5
-    return time.perf_counter() - started
+from machine_unit import reference_workload
 
 
 class _Durations:
