@@ -43,6 +43,24 @@ def build_parser() -> argparse.ArgumentParser:
         "(nominal: ordinary batches; edge: rare inputs; hardening: every failure)",
     )
     certify.add_argument(
+        "--trainer-config",
+        dest="trainer_configs",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run the step clauses under this trainer config of the target (repeatable; "
+        "default: every config it declares). Not audit's --config FILE",
+    )
+    certify.add_argument(
+        "--fail-on-consequence",
+        default=None,
+        metavar="LIST",
+        help="exit 1 only for failures whose consequence is in this comma-separated list "
+        "(update, crash, state, metric, perf, purity, contained, unreached; default: every "
+        "one); a failure whose consequence cannot be established always counts. Composes "
+        "with --fail-on",
+    )
+    certify.add_argument(
         "--baseline",
         action="append",
         default=[],
@@ -144,6 +162,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     )
     extra = [baseline.load(path) for path in args.baseline]
     _check_device(args.device)
+    fail_on_consequence = _consequences(args.fail_on_consequence)
 
     from rlconform.conformance.registry import select
     from rlconform.conformance.report import json_report, junit, markdown
@@ -166,8 +185,10 @@ def cmd_certify(args: argparse.Namespace) -> int:
         seed=args.seed,
         on_start=reporter.on_start,
         on_result=reporter.on_result,
+        trainer_configs=args.trainer_configs or None,
     )
     report.fail_on = args.fail_on
+    report.fail_on_consequence = fail_on_consequence
     if args.baseline:
         report.target["baselines"] = ", ".join(args.baseline)
     reporter.final(report)
@@ -180,6 +201,22 @@ def cmd_certify(args: argparse.Namespace) -> int:
     if args.markdown_path:
         markdown.write(report, args.markdown_path)
     return report.exit_code
+
+
+def _consequences(value: str | None) -> frozenset[str] | None:
+    """``--fail-on-consequence``'s list, checked against CONTRACT §0b."""
+    if value is None:
+        return None
+    from rlconform.conformance.consequence import CONSEQUENCES
+
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [n for n in names if n not in CONSEQUENCES]
+    if unknown or not names:
+        raise SetupError(
+            f"--fail-on-consequence {value!r}: unknown {', '.join(unknown) or 'empty list'}; "
+            f"expected a comma-separated list of {', '.join(CONSEQUENCES)}"
+        )
+    return frozenset(names)
 
 
 def _write_baseline(args, target, clauses, run_profile, report) -> int:

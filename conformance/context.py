@@ -108,6 +108,32 @@ class CheckContext:
             )
         return output
 
+    def call_built(self, op: str, build: Any, read: Any) -> Any:
+        """Call ``op`` on arguments ``build()`` makes, and return ``read(output, args,
+        kwargs)``: for operations whose result lives partly in their arguments (the step's
+        gradients in its leaf tensors). Purity as ``call``: the arguments are unchanged after
+        the call; on a pinned example a second call on freshly built arguments must read the
+        same. A ``state`` keyword is the target's own carried state (its controller
+        object), which it may update: it is not an input the purity check guards."""
+        fn = getattr(self.target, op)
+        args, kwargs = build()
+        before = snapshot((args, _owned(kwargs)))
+        result = read(self._invoke(op, fn, args, kwargs), args, kwargs)
+        self._purity_failure(
+            op, "no_mutation", before, snapshot((args, _owned(kwargs))), "modified its input"
+        )
+        if self.pinned:
+            again_args, again_kwargs = build()
+            again = read(self._invoke(op, fn, again_args, again_kwargs), again_args, again_kwargs)
+            self._purity_failure(
+                op,
+                "deterministic",
+                snapshot(result),
+                snapshot(again),
+                "returned a different output on a second call",
+            )
+        return result
+
     def _invoke(self, op: str, fn: Any, args: tuple, kwargs: dict) -> Any:
         try:
             with phases.phase("target"):
@@ -140,3 +166,8 @@ class CheckContext:
         from rlconform.conformance.harness import pad_right
 
         return pad_right(rows, width=width, fill=fill, dtype=self.dtype, device=self.device)
+
+
+def _owned(kwargs: dict) -> dict:
+    """The keyword arguments without ``state`` (state the target carries and may update)."""
+    return {k: v for k, v in kwargs.items() if k != "state"}

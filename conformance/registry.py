@@ -23,6 +23,7 @@ AREAS: tuple[str, ...] = (
     "agg",
     "batch",
     "metrics",
+    "step",
     "purity",
 )
 
@@ -40,6 +41,7 @@ _CLAUSE_MODULES: tuple[str, ...] = (
     "aggregate",
     "batch",
     "metrics",
+    "step",
     "purity",
 )
 

@@ -36,6 +36,9 @@ class DeviationResult:
     observed_message: str = ""
     case: Any = None
     observed_checks: list[str] = dataclasses.field(default_factory=list)
+    consequence: str | None = None
+    configs: list[str] = dataclasses.field(default_factory=list)
+    basis: str = ""
 
     @property
     def summary(self) -> str:
@@ -55,6 +58,9 @@ class DeviationResult:
             "severity": self.severity,
             "observed_features": list(self.features),
             "observed_message": self.observed_message,
+            "consequence": self.consequence,
+            "configs": list(self.configs),
+            "consequence_basis": self.basis,
         }
 
 
@@ -73,6 +79,9 @@ class ClauseResult:
     deviations: list[DeviationResult] = dataclasses.field(default_factory=list)
     skipped_cases: int = 0
     graded: bool = True
+    consequence: str | None = None
+    configs: list[str] = dataclasses.field(default_factory=list)
+    consequence_basis: str = ""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -85,14 +94,22 @@ class ClauseResult:
             "check": self.check,
             "deviations": [d.as_json() for d in self.deviations],
             "skipped_cases": self.skipped_cases,
+            "consequence": self.consequence,
+            "configs": list(self.configs),
+            "consequence_basis": self.consequence_basis,
         }
 
-    def fails_at(self, fail_on: str) -> bool:
-        """True when this result sets exit code 1 under ``--fail-on fail_on``: a fail or
-        error at that severity or a more serious one, or one no case grades (a stale entry,
-        a harness error, a time-out)."""
+    def fails_at(self, fail_on: str, consequences: frozenset[str] | None = None) -> bool:
+        """True when this result sets exit code 1 under ``--fail-on fail_on`` and
+        ``--fail-on-consequence``: a fail or error at that severity or a more serious one, or
+        one no case grades (a stale entry, a harness error, a time-out), whose consequence is
+        among ``consequences`` (None: every one); a failure whose consequence could not be
+        established always counts."""
         if self.status not in ("fail", "error"):
             return False
+        if consequences is not None and self.consequence is not None:
+            if self.consequence not in consequences:
+                return False
         if self.severity is None:
             return True
         return domain_rank(self.severity) <= domain_rank(fail_on)
@@ -113,6 +130,8 @@ class RunReport:
     clauses: list[ClauseResult]
     fail_on: str = "hardening"
     bindings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    configs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    fail_on_consequence: frozenset[str] | None = None
 
     @property
     def summary(self) -> dict[str, int]:
@@ -154,16 +173,22 @@ class RunReport:
     def exit_code(self) -> int:
         if self.nothing_ran:
             return 1
-        return 1 if any(r.fails_at(self.fail_on) for r in self.clauses) else 0
+        fails = (r.fails_at(self.fail_on, self.fail_on_consequence) for r in self.clauses)
+        return 1 if any(fails) else 0
 
     def as_json(self) -> dict[str, Any]:
         summary: dict[str, Any] = dict(self.summary)
         summary["by_severity"] = self.by_severity
+        from rlconform.conformance.consequence import by_consequence
+
+        summary["by_consequence"] = by_consequence(self.clauses)
         data = {
             "target": dict(self.target),
             "clauses": [r.as_json() for r in self.clauses],
             "summary": summary,
         }
+        if self.configs:
+            data["configs"] = {name: dict(cfg) for name, cfg in self.configs.items()}
         if self.bindings:
             data["bindings"] = [dict(row) for row in self.bindings]
         return data

@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 import traceback as tb
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, example, given, reject, settings
@@ -40,6 +40,7 @@ from rlconform.conformance import features as feats
 from rlconform.conformance import phases
 from rlconform.conformance.context import CheckContext, Observer
 from rlconform.conformance.errors import ClauseMismatch, ClauseTimeout, TargetError
+from rlconform.conformance.generation import independent_of_imports
 from rlconform.conformance.literal import to_jsonable, to_literal
 from rlconform.conformance.profiles import RunProfile
 from rlconform.conformance.registry import Clause
@@ -294,7 +295,8 @@ class _Exploration(Observer):
         )(test)
         if seed is not None:
             test = hypothesis_seed(seed)(test)
-        test()
+        with independent_of_imports():
+            test()
 
     def _check(self, case: Any) -> None:
         try:
@@ -670,21 +672,41 @@ def certify(
     seed: int | None = None,
     on_start: Callable[[Clause], None] | None = None,
     on_result: Callable[[ClauseResult], None] | None = None,
+    trainer_configs: Sequence[str] | None = None,
 ) -> RunReport:
-    """Run every clause and collect a report."""
+    """Run every clause under the selected trainer configs (None: every declared one), give
+    each finding its consequence (CONTRACT §0b) and collect a report."""
+    from rlconform.conformance import consequence, trainer_config
+    from rlconform.conformance.clauses.step import select_configs
+
     clauses = list(clauses)
-    _prepare(clauses, target, device)
-    results = []
-    for clause in clauses:
-        if on_start is not None:
-            on_start(clause)
-        result = run_clause(clause, target, run_profile, device=device, seed=seed)
-        results.append(result)
-        if on_result is not None:
-            on_result(result)
-    header = target.describe()
-    header["profile"] = run_profile.name
-    return RunReport(target=header, clauses=results, bindings=binding_rows(target, results))
+    configs = trainer_config.select(target, trainer_configs)
+    token = select_configs([c.name for c in configs] if trainer_configs else None)
+    try:
+        _prepare(clauses, target, device)
+        results = []
+        for clause in clauses:
+            if on_start is not None:
+                on_start(clause)
+            result = run_clause(clause, target, run_profile, device=device, seed=seed)
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+        header = target.describe()
+        header["profile"] = run_profile.name
+        report = RunReport(target=header, clauses=results, bindings=binding_rows(target, results))
+        report.configs = {c.name: c.as_json() for c in configs}
+        with phases.engine_pass("grade"):
+            consequence.assess(report, target, clauses, configs, device=device, seed=seed)
+    finally:
+        select_configs(None) if token is None else _reset(token)
+    return report
+
+
+def _reset(token: Any) -> None:
+    from rlconform.conformance.clauses.step import _SELECTED
+
+    _SELECTED.reset(token)
 
 
 def _prepare(clauses: list[Clause], target: Target, device: str) -> None:

@@ -21,6 +21,7 @@ from rlconform.adapters.oracle_target.metrics import MetricsOps
 from rlconform.adapters.oracle_target.offpolicy import OffpolicyOps
 from rlconform.adapters.oracle_target.reward import RewardOps
 from rlconform.adapters.oracle_target.schema import SchemaOps
+from rlconform.adapters.oracle_target.step import StepOps
 
 
 class OracleTarget(
@@ -37,6 +38,7 @@ class OracleTarget(
     AggregateOps,
     BatchOps,
     MetricsOps,
+    StepOps,
     Target,
 ):
     """The float64 oracle behind the padded-layout protocol."""

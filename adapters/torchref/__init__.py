@@ -23,6 +23,7 @@ from rlconform.adapters.torchref.metrics import MetricsOps
 from rlconform.adapters.torchref.offpolicy import OffpolicyOps
 from rlconform.adapters.torchref.reward import RewardOps
 from rlconform.adapters.torchref.schema import SchemaOps
+from rlconform.adapters.torchref.step import StepOps
 
 TORCHREF_PROFILE = Profile(name="torchref", dtype="float32")
 
@@ -41,6 +42,7 @@ class TorchRef(
     AggregateOps,
     BatchOps,
     MetricsOps,
+    StepOps,
     Target,
 ):
     """The reference torch target (float32 by default, like a real trainer)."""

@@ -51,6 +51,18 @@ class ConsoleReporter:
         )
 
     def final(self, report: RunReport) -> None:
+        from rlconform.conformance.report import training
+
+        rows = training.changes_training(report)
+        if rows:
+            self.console.print("[bold]what changes training[/bold] (CONTRACT §0b):")
+            for r in rows:
+                declared = " (declared)" if r["declared"] else ""
+                configs = ", ".join(r["configs"]) or "-"
+                self.console.print(
+                    f"  {r['consequence']:<7} {r['clause']}/{r['check']}{declared} "
+                    f"[{r['severity'] or '-'}] configs: {configs}"
+                )
         table = Table(title=f"rlconform: {report.target['name']} {report.target['version']}")
         table.add_column("clause")
         table.add_column("status")
@@ -82,6 +94,9 @@ class ConsoleReporter:
                 graded.append(f"{domain}: " + ", ".join(f"{n} {s}" for s, n in broken.items()))
         if graded:
             self.console.print("by severity: " + "; ".join(graded))
+        counts = training.grouped_counts(report)
+        if counts:
+            self.console.print("by consequence: " + ", ".join(f"{n} {k}" for k, n in counts))
         for key, severity, members in report.root_causes():
             names = ", ".join(r.id for r in members)
             self.console.print(

@@ -22,7 +22,13 @@ def render(report: RunReport) -> str:
     props = ET.SubElement(suite, "properties")
     for key, value in report.target.items():
         ET.SubElement(props, "property", name=f"target.{key}", value=str(value))
-    for result in report.clauses:
+    from rlconform.conformance.consequence import rank
+
+    ordered = sorted(
+        report.clauses,
+        key=lambda r: rank(r.consequence) if r.status in ("fail", "error", "deviation") else 99,
+    )
+    for result in ordered:
         case = ET.SubElement(
             suite,
             "testcase",
@@ -38,7 +44,12 @@ def render(report: RunReport) -> str:
             ET.SubElement(case_props, "property", name="features", value=",".join(result.features))
         if result.check:
             ET.SubElement(case_props, "property", name="check", value=result.check)
+        if result.consequence:
+            ET.SubElement(case_props, "property", name="consequence", value=result.consequence)
+            ET.SubElement(case_props, "property", name="configs", value=",".join(result.configs))
         graded = f"[{result.severity}] " if result.severity else ""
+        if result.consequence:
+            graded = f"[{result.consequence}] " + graded
         if result.status == "fail":
             node = ET.SubElement(case, "failure", message=graded + result.message.splitlines()[0])
             node.text = _body(result)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlconform.conformance.features import FEATURES
+from rlconform.conformance.report import training
 from rlconform.conformance.results import BROKEN, RunReport
 
 _ICONS = {
@@ -86,17 +87,38 @@ def _root_causes(report: RunReport) -> list[str]:
     return lines
 
 
+def _configs(report: RunReport) -> list[str]:
+    if not report.configs:
+        return []
+    lines = ["", "## Trainer configs", "", "| config | settings | source |", "|---|---|---|"]
+    for name, cfg in report.configs.items():
+        native = cfg.get("native") or cfg.get("settings", {})
+        settings = ", ".join(f"{k}={v}" for k, v in native.items()) or "(shipped defaults)"
+        lines.append(f"| `{name}` | {_cell(settings)} | {_cell(cfg.get('source', ''))} |")
+    return lines
+
+
 def render(report: RunReport, title: str | None = None) -> str:
     target = report.target
     lines = [f"# {title or 'rlconform certification: ' + target['name']}", ""]
     lines += _header(report)
+    lines += ["", *training.markdown_lines(report)]
+    lines += _configs(report)
     lines += ["", *_severity_table(report)]
     lines += _root_causes(report)
-    lines += ["", "## Clauses", "", "| clause | status | severity | message |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "## Clauses",
+        "",
+        "| clause | status | severity | consequence | message |",
+        "|---|---|---|---|---|",
+    ]
     for result in report.clauses:
         severity = result.severity or ""
+        consequence = result.consequence or ("unmeasured" if result.status in BROKEN else "")
         lines.append(
-            f"| `{result.id}` | {_ICONS[result.status]} | {severity} | {_cell(result.message)} |"
+            f"| `{result.id}` | {_ICONS[result.status]} | {severity} | {consequence} | "
+            f"{_cell(result.message)} |"
         )
     failing = [r for r in report.clauses if r.status in ("fail", "error") and r.counterexample]
     if failing:

@@ -14,11 +14,21 @@ def test_certify_torchref_exit_0_and_json_schema(tmp_path):
     out = tmp_path / "r.json"
     assert main(["certify", "torchref", "--only", "reward.place_last", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert set(report) == {"target", "clauses", "summary"}
+    # the original schema, extended by the step area's "configs" (CONTRACT §0b)
+    assert set(report) == {"target", "clauses", "summary", "configs"}
+    assert set(report["configs"]) >= {"default"}
     assert set(report["target"]) == {"name", "version", "profile"}
     assert report["target"]["name"] == "torchref"
     assert report["target"]["profile"] == "ci"
-    assert set(report["summary"]) == {"pass", "fail", "deviation", "skip", "error", "by_severity"}
+    assert set(report["summary"]) == {
+        "pass",
+        "fail",
+        "deviation",
+        "skip",
+        "error",
+        "by_severity",
+        "by_consequence",
+    }
     for entry in report["clauses"]:
         assert {"id", "status", "message", "counterexample"} <= set(entry)
     first = report["clauses"][0]

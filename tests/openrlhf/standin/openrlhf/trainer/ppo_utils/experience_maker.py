@@ -39,7 +39,13 @@ class RemoteExperienceMaker:
                         rewards, mask, args.algo.advantage.gamma
                     )
                 continue
+            # OpenRLHF takes the group statistics of the scalar rewards (every sample, also
+            # one without an action token) before anything is placed on tokens: keep each
+            # row's sum equal to its reward (a row with no action token carries it at column 0)
             scores = compute_reward(exp.rewards, 0.0, exp.kl, exp.action_mask)
+            if scores.shape[-1]:
+                scores = scores.clone()
+                scores[:, 0] += exp.rewards.to(scores.dtype) - scores.sum(-1)
             if estimator in ("group_norm", "dr_grpo"):
                 exp.advantages, exp.returns = _REF.advantage_grpo(
                     scores, mask, groups, epsilon=1e-9, norm_by_std=estimator == "group_norm"

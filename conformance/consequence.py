@@ -1,0 +1,321 @@
+"""Consequence (CONTRACT §0b): what a failing or deviating check does to training.
+
+``assess(report, target, ...)`` gives every failing clause and every observed deviation
+entry a consequence and the trainer configs under which it has it:
+
+- definitional: a check of a logged value (clip fractions, KL / loss terms, metrics,
+  filter statistics) is ``metric``; a balance or workload check is ``perf``; a purity check
+  (``no_mutation``, ``deterministic``, the purity area) is ``purity``; step.update is
+  ``update``, step.state ``state``, step.metrics ``metric``; ``runs`` (the operation raises on
+  a valid input) is ``crash`` when a config runs the operation.
+- measured, for every other check of an operation: no declared config runs the clause's
+  operations -> ``unreached``; otherwise step.update is searched under each config that runs
+  them, on cases of the finding's severity domain that carry the features that cause it.
+  A case whose first diverging stage is one of this operation's stages -> ``update`` under
+  that config; every such case passing under every config that runs the operation ->
+  ``contained`` (the trainer masks the wrong values away before any loss).
+- ``None`` where it cannot be established, with the reason in ``consequence_basis``: a
+  target without a step binding (no trainer configs), cases the step cannot carry, or a
+  step that diverges at an earlier stage of another operation first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, settings
+
+from rlconform.conformance.context import CheckContext
+from rlconform.conformance.errors import ClauseMismatch, TargetError
+from rlconform.conformance.features import FEATURES, restricted
+from rlconform.conformance.generation import independent_of_imports
+from rlconform.conformance.results import BROKEN, ClauseResult, RunReport
+
+CONSEQUENCES = (
+    "update",
+    "crash",
+    "state",
+    "metric",
+    "perf",
+    "purity",
+    "contained",
+    "unreached",
+)
+# What most users gate CI on: the optimizer's update changes, or the run stops or drifts.
+TRAINING = ("update", "crash", "state")
+
+METRIC_CHECKS = frozenset(
+    {"clipfrac", "metric", "term_pg_loss", "term_entropy", "term_kl_loss", "alert"}
+)
+METRIC_CLAUSES = frozenset({"filter.stats", "offpolicy.logprob_gap", "step.metrics"})
+PERF_CLAUSES = frozenset({"batch.seqlen_balance"})
+PURITY_CHECKS = frozenset({"no_mutation", "deterministic", "idempotent", "order"})
+# Cases drawn per config when a consequence is measured on the step.
+SEARCH_EXAMPLES = 60
+
+
+def rank(consequence: str | None) -> int:
+    return CONSEQUENCES.index(consequence) if consequence in CONSEQUENCES else len(CONSEQUENCES)
+
+
+def definitional(clause_id: str, check: str | None) -> str | None:
+    """The consequence a check has by what it checks, or None when it must be measured."""
+    area = clause_id.split(".", 1)[0]
+    if clause_id == "step.update":
+        return "crash" if check == "runs" else "update"
+    if clause_id == "step.state":
+        return "crash" if check == "runs" else "state"
+    if clause_id in METRIC_CLAUSES or area == "metrics":
+        return "crash" if check == "runs" else "metric"
+    if clause_id in PERF_CLAUSES:
+        return "perf"
+    if area == "purity" or check in PURITY_CHECKS:
+        return "purity"
+    if check in METRIC_CHECKS:
+        return "metric"
+    return None
+
+
+# Operations whose effect is state carried to later steps: judged by step.state.
+STATE_OPS = frozenset({"kl_controller_update"})
+
+
+def ops_of(clause: Any, check: str | None, target: Any) -> set[str]:
+    """The operations a finding of ``check`` of ``clause`` is about."""
+    if clause.ops:
+        return set(clause.ops)
+    if clause.id == "adv.invariants" and check:
+        from rlconform.conformance.clauses.advantage import ESTIMATORS
+
+        names = sorted((spec.op for spec in ESTIMATORS.values()), key=len, reverse=True)
+        for op in names:
+            if check.startswith(op.removeprefix("advantage_") + "_"):
+                return {op}
+    from rlconform.conformance.runner import _probed_ops
+
+    return set(_probed_ops(clause.id, target))
+
+
+class _Diverged(Exception):
+    def __init__(self, stage: str):
+        super().__init__(stage)
+        self.stage = stage
+
+
+def _step_outcome(
+    target: Any,
+    config: Any,
+    domain: str,
+    required: frozenset[str],
+    device: str,
+    seed: int,
+    clause_id: str = "step.update",
+) -> tuple[str | None, int]:
+    """Search a step clause under one config: (first diverging check or None, cases passed)."""
+    from rlconform.conformance.clauses import step as step_clauses
+    from rlconform.conformance.registry import get
+
+    clause = get(clause_id)
+    check_under = {
+        "step.update": step_clauses.check_update_under,
+        "step.state": step_clauses.check_state_under,
+        "step.metrics": step_clauses.check_metrics_under,
+    }[clause_id]
+    ctx = CheckContext(target=target, device=device, seed=seed, clause_id=clause_id)
+    passed = [0]
+
+    @settings(
+        max_examples=SEARCH_EXAMPLES,
+        database=None,
+        derandomize=True,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
+    @given(clause.strategy)
+    def search(case: Any) -> None:
+        if not required <= clause.features(case):
+            return
+        try:
+            check_under(ctx, case, config)
+        except ClauseMismatch as failure:
+            raise _Diverged(failure.check or "step") from None
+        except TargetError:
+            raise _Diverged("runs") from None
+        passed[0] += 1
+
+    try:
+        with restricted(domain), independent_of_imports():
+            search()
+    except _Diverged as diverged:
+        return diverged.stage, passed[0]
+    return None, passed[0]
+
+
+def measured(
+    clause: Any,
+    check: str | None,
+    severity: str | None,
+    features: Sequence[str],
+    target: Any,
+    configs: Sequence[Any],
+    device: str,
+    seed: int,
+) -> tuple[str | None, list[str], str]:
+    """(consequence, configs, basis) of a finding of ``clause`` on the step."""
+    from rlconform.conformance.clauses.step import STAGE_OPS, STEP_FEATURES
+
+    if not configs:
+        return None, [], "unmeasured: the target has no step binding (no trainer configs)"
+    ops = ops_of(clause, check, target)
+    running = [c for c in configs if ops & c.ops]
+    if not running:
+        names = ", ".join(sorted(ops))
+        return "unreached", [], f"no trainer config runs {names}"
+    domain = severity or "hardening"
+    cause = (
+        frozenset(f for f in features if FEATURES[f].domain == domain) if features else frozenset()
+    )
+    if cause - set(STEP_FEATURES):
+        missing = ", ".join(sorted(cause - set(STEP_FEATURES)))
+        return None, [], f"undetermined: step cases cannot carry {missing}"
+    if ops & STATE_OPS:
+        failing = [
+            c.name
+            for c in running
+            if _step_outcome(target, c, domain, cause, device, seed, "step.state")[0] is not None
+        ]
+        if failing:
+            return "state", failing, "step.state fails: the carried state diverges"
+    updated, contained, elsewhere = [], [], []
+    for config in running:
+        stage, passed = _step_outcome(target, config, domain, cause, device, seed)
+        if stage is not None and (stage == "runs" or ops & set(STAGE_OPS.get(stage, ()))):
+            updated.append((config.name, stage))
+        elif stage is None and passed:
+            contained.append(config.name)
+        else:
+            elsewhere.append((config.name, stage))
+    if updated:
+        stages = ", ".join(sorted({s for _, s in updated}))
+        kind = "crash" if all(s == "runs" for _, s in updated) else "update"
+        return kind, [n for n, _ in updated], f"step.update diverges at {stages}"
+    if contained and not elsewhere:
+        return (
+            "contained",
+            contained,
+            "step.update passes on such cases under every config that runs it",
+        )
+    if elsewhere:
+        where = "; ".join(f"{n}: {s or 'no case with the features'}" for n, s in elsewhere)
+        return (
+            None,
+            [],
+            f"undetermined: the step diverges first elsewhere or has no such case ({where})",
+        )
+    return None, [], "undetermined: no step case with the finding's features"
+
+
+def judge(
+    clause: Any,
+    check: str | None,
+    severity: str | None,
+    features: Sequence[str],
+    target: Any,
+    configs: Sequence[Any],
+    device: str,
+    seed: int,
+    failed_config: str | None = None,
+) -> tuple[str | None, list[str], str]:
+    names = [c.name for c in configs]
+    ops = ops_of(clause, check, target)
+    run_anywhere = not configs or bool(ops & set().union(*(c.ops for c in configs)))
+    kind = definitional(clause.id, check)
+    if clause.area == "step":
+        domain = severity or "hardening"
+        failing = [
+            c.name
+            for c in configs
+            if c.name == failed_config
+            or _step_outcome(target, c, domain, frozenset(), device, seed, clause.id)[0] is not None
+        ]
+        return kind, failing or names, f"{clause.id} fails under these configs"
+    if kind is not None:
+        if not run_anywhere:
+            return "unreached", [], f"no trainer config runs {', '.join(sorted(ops))}"
+        return kind, names, f"definitional: check {check!r} of {clause.id}"
+    if check == "runs":
+        if not run_anywhere:
+            return "unreached", [], f"no trainer config runs {', '.join(sorted(ops))}"
+        return "crash", names, "the operation raises on a valid input"
+    return measured(clause, check, severity, features, target, configs, device, seed)
+
+
+def assess(
+    report: RunReport,
+    target: Any,
+    clauses: Iterable[Any],
+    configs: Sequence[Any],
+    *,
+    device: str = "cpu",
+    seed: int | None = None,
+) -> None:
+    """Fill ``consequence`` / ``configs`` / ``consequence_basis`` of every broken clause and
+    every observed deviation entry of ``report``."""
+    by_id = {c.id: c for c in clauses}
+    seed = 0 if seed is None else seed
+    cache: dict[tuple, tuple[str | None, list[str], str]] = {}
+
+    def cached(
+        clause: Any,
+        check: str | None,
+        severity: str | None,
+        features: Sequence[str],
+        failed: str | None,
+    ):
+        key = (clause.id, check, severity, tuple(sorted(features)), failed)
+        if key not in cache:
+            cache[key] = judge(
+                clause, check, severity, features, target, configs, device, seed, failed
+            )
+        return cache[key]
+
+    for result in report.clauses:
+        clause = by_id.get(result.id)
+        if clause is None or result.status not in BROKEN:
+            continue
+        findings: list[tuple[str | None, list[str], str]] = []
+        for entry in result.deviations:
+            if not entry.observed:
+                continue
+            check = (
+                entry.observed_checks[0]
+                if entry.observed_checks
+                else (entry.checks[0] if entry.checks else None)
+            )
+            entry.consequence, entry.configs, entry.basis = cached(
+                clause, check, entry.severity, entry.features, None
+            )
+            findings.append((entry.consequence, entry.configs, entry.basis))
+        if result.status in ("fail", "error") and result.check is not None:
+            failed = (result.counterexample or {}).get("config") if result.counterexample else None
+            findings.append(cached(clause, result.check, result.severity, result.features, failed))
+        if not findings:
+            continue
+        findings.sort(key=lambda f: rank(f[0]))
+        result.consequence, result.configs, result.consequence_basis = findings[0]
+
+
+def by_consequence(results: Iterable[ClauseResult]) -> dict[str, int]:
+    """Per consequence, the number of broken clauses whose most serious consequence it is
+    (``unmeasured``: a finding no consequence could be established for)."""
+    counts = {c: 0 for c in CONSEQUENCES}
+    counts["unmeasured"] = 0
+    for result in results:
+        observed = any(d.observed for d in result.deviations)
+        if result.status not in BROKEN or not (result.check or observed):
+            continue
+        key = result.consequence or "unmeasured"
+        counts[key] += 1
+    return counts

@@ -1,0 +1,70 @@
+"""Broken torchref operations for the step clauses and consequence (CONTRACT §0b): each
+replacement delegates to torchref and breaks one thing."""
+
+from __future__ import annotations
+
+import torch
+
+from rlconform.adapters.base import with_overrides
+from rlconform.adapters.torchref import TorchRef
+
+
+def grpo_scaled(orig, rewards, mask, index, epsilon=1e-6, norm_by_std=True):
+    """Advantages 1.5x on every action token: the update changes (stage advantages)."""
+    adv, ret = orig.advantage_grpo(rewards, mask, index, epsilon=epsilon, norm_by_std=norm_by_std)
+    return adv * 1.5, ret * 1.5
+
+
+def grpo_padding(orig, rewards, mask, index, epsilon=1e-6, norm_by_std=True):
+    """Advantage 3.0 at every non-action position; the policy loss masks it away."""
+    adv, ret = orig.advantage_grpo(rewards, mask, index, epsilon=epsilon, norm_by_std=norm_by_std)
+    return torch.where(mask.bool(), adv, torch.full_like(adv, 3.0)), ret
+
+
+def opo_shifted(orig, *args, **kwargs):
+    """OPO advantages + 1: no torchref config runs OPO."""
+    adv, ret = orig.advantage_opo(*args, **kwargs)
+    return adv + 1.0, ret
+
+
+def controller_nan(orig, kind, value, current_kl, n_steps, target_kl, horizon):
+    """The KL coefficient turns NaN after a step whose KL is 0 (a batch with no action token)."""
+    if current_kl == 0:
+        return float("nan")
+    return orig.kl_controller_update(kind, value, current_kl, n_steps, target_kl, horizon)
+
+
+def clipfrac_zero(orig, *args, **kwargs):
+    """The logged clip fraction is always 0; the loss is right."""
+    loss, metrics = orig.ppo_clip_loss(*args, **kwargs)
+    return loss, {"clipfrac": metrics["clipfrac"] * 0}
+
+
+def agg_local(
+    orig,
+    loss_mat,
+    loss_mask,
+    mode,
+    dp_size=1,
+    batch_num_tokens=None,
+    global_batch_size=None,
+    loss_scale_factor=None,
+):
+    """Each micro-batch divides by its own token count (the global denominator is dropped)."""
+    return orig.agg_loss(
+        loss_mat, loss_mask, mode, dp_size=dp_size, loss_scale_factor=loss_scale_factor
+    )
+
+
+def entropy_over_response(orig, batch, config, state=None):
+    """The entropy bonus taken over every response token (response_mask), not the action
+    tokens: the step back-propagates a gradient into the entropies of tool tokens."""
+    output = orig.train_step(batch, config, state)
+    holes = (batch.response_mask.bool() & ~batch.loss_mask.bool()).to(batch.entropy.dtype)
+    leak = -1e-2 * (torch.nan_to_num(batch.entropy, nan=0.0, posinf=0.0, neginf=0.0) * holes).sum()
+    leak.backward()
+    return output
+
+
+def mutant(name: str, **ops):
+    return with_overrides(TorchRef(), name, **ops)

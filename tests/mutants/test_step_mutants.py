@@ -1,0 +1,92 @@
+"""Mutants of the step clauses ("step.update", "step.metrics", "step.state") and CONTRACT §0b:
+each kind of break gets its consequence, measured on torchref's step."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlconform.conformance.profiles import get_run_profile
+from rlconform.conformance.registry import select
+from rlconform.conformance.runner import certify
+from tests.mutants import step_plants as m
+
+CASES = [
+    # (mutant ops, clause glob, clause, consequence, configs that must be named)
+    ({"advantage_grpo": m.grpo_scaled}, "adv.grpo", "adv.grpo", "update", {"default", "dr_grpo"}),
+    (
+        {"advantage_grpo": m.grpo_padding},
+        "adv.invariants",
+        "adv.invariants",
+        "contained",
+        {"default", "dr_grpo"},
+    ),
+    (
+        {"kl_controller_update": m.controller_nan},
+        "kl.adaptive_controller",
+        "kl.adaptive_controller",
+        "state",
+        {"reinforce_pp_kl_in_reward"},
+    ),
+    ({"ppo_clip_loss": m.clipfrac_zero}, "loss.ppo_clip", "loss.ppo_clip", "metric", {"default"}),
+    ({"advantage_opo": m.opo_shifted}, "adv.opo", "adv.opo", "unreached", set()),
+]
+
+
+@pytest.mark.parametrize(
+    ("ops", "glob", "clause_id", "consequence", "configs"), CASES, ids=[c[3] for c in CASES]
+)
+def test_break_gets_its_consequence(ops, glob, clause_id, consequence, configs):
+    target = m.mutant(f"mutant-{consequence}", **ops)
+    report = certify(target, select(glob), get_run_profile("ci"), seed=0)
+    result = next(r for r in report.clauses if r.id == clause_id)
+    assert result.status == "fail", result.message
+    assert result.consequence == consequence, result.consequence_basis
+    assert configs <= set(result.configs)
+    if consequence == "unreached":
+        assert result.configs == []
+
+
+def test_update_names_the_first_diverging_stage():
+    target = m.mutant("grpo-scaled", advantage_grpo=m.grpo_scaled)
+    report = certify(target, select("step.update"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert (result.status, result.check, result.consequence) == ("fail", "advantages", "update")
+    assert "under trainer config" in result.message
+
+
+def test_local_denominator_is_caught_at_the_loss_stage():
+    target = m.mutant("agg-local", agg_loss=m.agg_local)
+    report = certify(target, select("step.update"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert result.status == "fail"
+    assert result.check == "loss"
+    assert "uneven_shards" in result.features or result.severity == "nominal"
+
+
+def test_gradient_at_a_tool_token_is_caught():
+    target = m.mutant("entropy-over-response", train_step=m.entropy_over_response)
+    report = certify(target, select("step.update"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert (result.status, result.check) == ("fail", "gradient_off_actions")
+    assert result.consequence == "update"
+
+
+def test_metric_break_fails_step_metrics_only():
+    target = m.mutant("clipfrac", ppo_clip_loss=m.clipfrac_zero)
+    report = certify(target, select("step.*"), get_run_profile("ci"), seed=0)
+    status = {r.id: (r.status, r.check, r.consequence) for r in report.clauses}
+    assert status["step.metrics"] == ("fail", "clip_fraction", "metric")
+    assert status["step.update"][0] == "pass"
+
+
+def test_fail_on_consequence_gates_the_exit_code():
+    target = m.mutant("clipfrac", ppo_clip_loss=m.clipfrac_zero)
+    report = certify(target, select("loss.ppo_clip"), get_run_profile("ci"), seed=0)
+    assert report.exit_code == 1
+    report.fail_on_consequence = frozenset({"update", "crash", "state"})
+    assert report.exit_code == 0
+    data = report.as_json()
+    assert data["summary"]["by_consequence"]["metric"] == 1
+    assert set(data["configs"]) >= {"default", "dr_grpo"}
+    clause = data["clauses"][0]
+    assert clause["consequence"] == "metric" and "default" in clause["configs"]

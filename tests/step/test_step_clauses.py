@@ -1,0 +1,55 @@
+"""The step clauses pass on the two reference targets under every declared config, and the
+oracle's step gradient is the derivative of its loss."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rlconform.adapters.torchref.step import TORCHREF_CONFIGS
+from rlconform.conformance.clauses.step import EXAMPLES
+from rlconform.oracle.step import train_step
+from tests.conftest import certify_one
+
+
+@pytest.mark.parametrize("clause_id", ["step.update", "step.metrics", "step.state"])
+@pytest.mark.parametrize("fixture", ["torchref", "oracle_target"])
+def test_reference_targets_pass(clause_id, fixture, request):
+    result = certify_one(request.getfixturevalue(fixture), clause_id)
+    assert result.status == "pass", result.message
+
+
+@pytest.mark.parametrize(
+    ("name", "settings"), TORCHREF_CONFIGS, ids=[n for n, _ in TORCHREF_CONFIGS]
+)
+def test_oracle_gradient_is_the_derivative_of_its_loss(name, settings):
+    samples = [dict(s) for s in EXAMPLES[0]["samples"]]
+    result = train_step(samples, settings)
+    h = 1e-6
+    for i, s in enumerate(samples):
+        for t, m in enumerate(s["mask"]):
+            for key, grad_key in (
+                ("logp", "grad_logp"),
+                ("entropy", "grad_entropy"),
+                ("vpreds", "grad_vpreds"),
+            ):
+                if grad_key not in result:
+                    continue
+                loss_key = "value_loss" if key == "vpreds" else "loss"
+                moved = [dict(x) for x in samples]
+                moved[i][key] = list(moved[i][key])
+                moved[i][key][t] += h
+                up = train_step(moved, settings)[loss_key]
+                moved[i][key][t] -= 2 * h
+                down = train_step(moved, settings)[loss_key]
+                numeric = (up - down) / (2 * h)
+                analytic = result[grad_key][i][t]
+                assert math.isclose(analytic, numeric, rel_tol=1e-5, abs_tol=1e-7), (
+                    name,
+                    key,
+                    i,
+                    t,
+                )
+                if not m:
+                    assert analytic == 0.0
