@@ -62,7 +62,7 @@ class Profile:
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def get(self, key: str, default: Any = None) -> Any:
-        if hasattr(self, key) and key not in ("extra", "get", "as_dict"):
+        if hasattr(self, key) and key not in ("extra", "get", "as_dict", "choices"):
             return getattr(self, key)
         return self.extra.get(key, default)
 
@@ -70,6 +70,13 @@ class Profile:
         data = dataclasses.asdict(self)
         data["extra"] = dict(self.extra)
         return data
+
+    def choices(self) -> dict[str, Any]:
+        """Every choice as one flat mapping (``extra`` merged in): what the oracle's
+        composed functions (oracle.step) take as ``choices``."""
+        data = self.as_dict()
+        extra = data.pop("extra")
+        return {**data, **extra}
 
 
 # Old scope names (before CONTRACT §0a) and the feature ids that replace them.

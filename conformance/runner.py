@@ -677,7 +677,7 @@ def certify(
     """Run every clause under the selected trainer configs (None: every declared one), give
     each finding its consequence (CONTRACT §0b) and collect a report."""
     from rlconform.conformance import consequence, trainer_config
-    from rlconform.conformance.clauses.step import select_configs
+    from rlconform.conformance.clauses.step import reset_configs, select_configs
 
     clauses = list(clauses)
     configs = trainer_config.select(target, trainer_configs)
@@ -699,14 +699,8 @@ def certify(
         with phases.engine_pass("grade"):
             consequence.assess(report, target, clauses, configs, device=device, seed=seed)
     finally:
-        select_configs(None) if token is None else _reset(token)
+        reset_configs(token)
     return report
-
-
-def _reset(token: Any) -> None:
-    from rlconform.conformance.clauses.step import _SELECTED
-
-    _SELECTED.reset(token)
 
 
 def _prepare(clauses: list[Clause], target: Target, device: str) -> None:

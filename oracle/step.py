@@ -64,8 +64,6 @@ STEP_SETTINGS: dict[str, Any] = {
 }
 
 ESTIMATORS = ("grpo", "rloo", "gae", "reinforce_pp", "reinforce_pp_baseline")
-# The stages a step exposes, in chain order (a failure names the first that diverges).
-STAGES = ("token_rewards", "advantages", "returns", "per_token_loss", "loss", "gradient")
 
 
 def resolve(settings: Mapping[str, Any]) -> dict[str, Any]:

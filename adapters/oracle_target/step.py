@@ -57,7 +57,7 @@ class StepOps:
             )
         ]
         coef = (state or {}).get("kl_coef")
-        result = train_step(samples, config.settings, choices=_choices(self.profile), kl_coef=coef)
+        result = train_step(samples, config.settings, choices=self.profile.choices(), kl_coef=coef)
         leaves = [(batch.log_probs, result["grad_logp"]), (batch.entropy, result["grad_entropy"])]
         if batch.vpreds is not None:
             leaves.append((batch.vpreds, result["grad_vpreds"]))
@@ -74,9 +74,3 @@ class StepOps:
             metrics=result["metrics"],
             state=result["state"],
         )
-
-
-def _choices(profile: Any) -> dict[str, Any]:
-    data = profile.as_dict()
-    extra = data.pop("extra", {})
-    return {**data, **extra}

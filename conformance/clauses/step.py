@@ -101,6 +101,11 @@ def select_configs(names: Sequence[str] | None) -> contextvars.Token:
     return _SELECTED.set(tuple(names) if names else None)
 
 
+def reset_configs(token: contextvars.Token) -> None:
+    """Undo ``select_configs``."""
+    _SELECTED.reset(token)
+
+
 def active_configs(target: Any) -> list[TrainerConfig]:
     """The target's configs this run certifies."""
     names = _SELECTED.get()
@@ -302,12 +307,6 @@ def run_step(
 # --- the oracle's side ------------------------------------------------------------------
 
 
-def choices(profile: Any) -> dict[str, Any]:
-    data = profile.as_dict()
-    extra = data.pop("extra", {})
-    return {**data, **extra}
-
-
 def _rows_of(output: StepOutput, stage: str, case: dict[str, Any]) -> list[list[float]] | None:
     tensor = output.stages.get(stage)
     if tensor is None:
@@ -415,7 +414,7 @@ def _fail_for(config: TrainerConfig) -> Any:
 def check_update_under(ctx: Any, case: dict[str, Any], config: TrainerConfig) -> None:
     """step.update for one config: stage by stage, then the gradients."""
     cfg = config.resolved
-    profile = choices(ctx.profile)
+    profile = ctx.profile.choices()
     samples, masks = case["samples"], _masks(case)
     uids = [s["uid"] for s in samples]
     tol = ctx.tolerance
@@ -642,8 +641,6 @@ def check_update(ctx: Any, case: dict[str, Any]) -> None:
 
 # step.metrics ------------------------------------------------------------------------------
 
-METRIC_SCALES = ("policy_loss", "entropy", "kl_loss", "value_loss")
-
 
 def _expected_metrics(
     ctx: Any, case: dict[str, Any], cfg: dict[str, Any], profile: dict[str, Any], output: StepOutput
@@ -668,7 +665,7 @@ def _expected_metrics(
 
 
 def check_metrics_under(ctx: Any, case: dict[str, Any], config: TrainerConfig) -> None:
-    profile = choices(ctx.profile)
+    profile = ctx.profile.choices()
     samples = case["samples"]
     cfg = config.resolved
     output, _ = run_step(ctx, case, config)
@@ -762,7 +759,7 @@ def _state_features(case: dict[str, Any]) -> set[str]:
 
 def check_state_under(ctx: Any, case: dict[str, Any], config: TrainerConfig) -> None:
     cfg = config.resolved
-    profile = choices(ctx.profile)
+    profile = ctx.profile.choices()
     expected_coef = cfg["kl_coef"]
     carry: Any = None
     for k, step in enumerate(case["steps"]):
