@@ -99,15 +99,18 @@ class Deviation:
     entry that is never observed is stale (``fail``). Without ``checks`` the entry covers the
     whole clause: allowed for a user's own adapter, never in a shipped baseline.
     ``scope`` is the pre-§0a name of ``features`` (old scope names are translated).
+    ``configs`` (step clauses) limits the entry to failures under those trainer configs.
     """
 
     rationale: str
     checks: tuple[str, ...] = ()
     features: tuple[str, ...] = ()
     scope: dataclasses.InitVar[tuple[str, ...] | None] = None
+    configs: tuple[str, ...] = ()
 
     def __post_init__(self, scope: tuple[str, ...] | None) -> None:
         object.__setattr__(self, "checks", tuple(self.checks))
+        object.__setattr__(self, "configs", tuple(self.configs))
         features = list(self.features)
         for name in scope or ():
             for feature in _LEGACY_SCOPES.get(name, (name,)):
@@ -119,9 +122,14 @@ class Deviation:
     def whole_clause(self) -> bool:
         return not self.checks
 
-    def covers(self, check: str | None, features: frozenset[str]) -> bool:
-        """True when a failure of ``check`` on a case with ``features`` is this break."""
+    def covers(
+        self, check: str | None, features: frozenset[str], config: str | None = None
+    ) -> bool:
+        """True when a failure of ``check`` on a case with ``features`` (under trainer config
+        ``config``, for a step clause) is this break."""
         if self.checks and check not in self.checks:
+            return False
+        if self.configs and config not in self.configs:
             return False
         return not self.features or bool(features & set(self.features))
 

@@ -13,8 +13,11 @@ A baseline file::
     features = ["padding_nonfinite"]          # CONTRACT §0a feature ids; [] = any case
     rationale = "scores sum every column ..." # one line: why the framework does this
     severity = "hardening"                    # what the run that wrote it saw (informational)
+    configs = ["dr_grpo"]                     # optional (step clauses): only under these
+                                              # trainer configs; absent = under any
 
-Each entry covers failures of its checks on cases having at least one of its features.
+Each entry covers failures of its checks on cases having at least one of its features
+(and, with ``configs``, only failures under one of those trainer configs).
 Semantics are those of ``adapters.base.Deviation``: an entry must still be observed (a
 stale entry fails, named), and a failure it does not cover is a new break. ``load``
 validates every entry (unknown clause ids, checks and features are one-line errors, exit
@@ -37,7 +40,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 FORMAT = 1
-_ENTRY_KEYS = {"clause", "checks", "features", "rationale", "severity", "observed"}
+_ENTRY_KEYS = {"clause", "checks", "features", "rationale", "severity", "observed", "configs"}
 _TOP_KEYS = {"format", "target", "version", "deviation", "note"}
 
 Entries = dict[str, list[Deviation]]
@@ -104,7 +107,10 @@ def parse(data: Mapping[str, Any], source: str) -> Entries:
         rationale = item.get("rationale")
         if not isinstance(rationale, str) or not rationale.strip():
             raise SetupError(f"{where}: 'rationale' must be a non-empty string")
-        entry = Deviation(" ".join(rationale.split()), tuple(checks), tuple(features))
+        configs = _strings(item.get("configs", []), f"{where}: configs")
+        entry = Deviation(
+            " ".join(rationale.split()), tuple(checks), tuple(features), configs=tuple(configs)
+        )
         known = entries.setdefault(clause_id, [])
         if entry not in known:
             known.append(entry)
@@ -163,6 +169,8 @@ def render(
             f"features = {_list(row.get('features', ()))}",
             f"rationale = {_string(row['rationale'])}",
         ]
+        if row.get("configs"):
+            lines.append(f"configs = {_list(row['configs'])}")
         if row.get("severity"):
             lines.append(f"severity = {_string(row['severity'])}")
         if row.get("observed"):

@@ -21,6 +21,7 @@ entry a consequence and the trainer configs under which it has it:
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -51,8 +52,18 @@ METRIC_CHECKS = frozenset(
 METRIC_CLAUSES = frozenset({"filter.stats", "offpolicy.logprob_gap", "step.metrics"})
 PERF_CLAUSES = frozenset({"batch.seqlen_balance"})
 PURITY_CHECKS = frozenset({"no_mutation", "deterministic", "idempotent", "order"})
-# Cases drawn per config when a consequence is measured on the step.
+# Cases drawn per config when a consequence is measured on the step: the run profile's own
+# per-clause budget (ci: 25), at most this many.
 SEARCH_EXAMPLES = 60
+
+
+_EXAMPLES: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "rlc_search_examples", default=SEARCH_EXAMPLES
+)
+
+
+def search_examples(max_examples: int) -> int:
+    return max(1, min(max_examples, SEARCH_EXAMPLES))
 
 
 def rank(consequence: str | None) -> int:
@@ -111,8 +122,33 @@ def _step_outcome(
     device: str,
     seed: int,
     clause_id: str = "step.update",
+    stages: frozenset[str] | None = None,
+    examples: int | None = None,
 ) -> tuple[str | None, int]:
-    """Search a step clause under one config: (first diverging check or None, cases passed)."""
+    """Search a step clause under one config: (first diverging check or None, cases passed).
+    With ``stages``, a case that diverges first at another stage is passed over (its stage
+    is named in the result when no case decides)."""
+    examples = _EXAMPLES.get() if examples is None else examples
+    memo = getattr(target, "__dict__", {}).setdefault("_rlc_step_outcomes", {})
+    key = (config.name, domain, required, device, seed, clause_id, stages, examples)
+    if key not in memo:
+        memo[key] = _search_step(
+            target, config, domain, required, device, seed, clause_id, stages, examples
+        )
+    return memo[key]
+
+
+def _search_step(
+    target: Any,
+    config: Any,
+    domain: str,
+    required: frozenset[str],
+    device: str,
+    seed: int,
+    clause_id: str,
+    stages: frozenset[str] | None,
+    examples: int,
+) -> tuple[str | None, int]:
     from rlconform.conformance.clauses import step as step_clauses
     from rlconform.conformance.registry import get
 
@@ -124,9 +160,10 @@ def _step_outcome(
     }[clause_id]
     ctx = CheckContext(target=target, device=device, seed=seed, clause_id=clause_id)
     passed = [0]
+    elsewhere: set[str] = set()
 
     @settings(
-        max_examples=SEARCH_EXAMPLES,
+        max_examples=examples,
         database=None,
         derandomize=True,
         phases=[Phase.explicit, Phase.generate],
@@ -139,9 +176,17 @@ def _step_outcome(
             return
         try:
             check_under(ctx, case, config)
+        except step_clauses.RefusedByProfile:
+            return
         except ClauseMismatch as failure:
+            if stages is not None and failure.check not in stages:
+                elsewhere.add(failure.check or "step")
+                return  # diverges first at another operation's stage: says nothing here
             raise _Diverged(failure.check or "step") from None
         except TargetError:
+            if stages is not None:
+                elsewhere.add("runs")  # which operation raised is not known: says nothing
+                return
             raise _Diverged("runs") from None
         passed[0] += 1
 
@@ -150,6 +195,8 @@ def _step_outcome(
             search()
     except _Diverged as diverged:
         return diverged.stage, passed[0]
+    if not passed[0] and elsewhere:
+        return ", ".join(sorted(elsewhere)), 0
     return None, passed[0]
 
 
@@ -177,9 +224,16 @@ def measured(
     cause = (
         frozenset(f for f in features if FEATURES[f].domain == domain) if features else frozenset()
     )
-    if cause - set(STEP_FEATURES):
-        missing = ", ".join(sorted(cause - set(STEP_FEATURES)))
+    dropped = cause - set(STEP_FEATURES)
+    cause = cause - dropped
+    if dropped and not cause:
+        missing = ", ".join(sorted(dropped))
         return None, [], f"undetermined: step cases cannot carry {missing}"
+    note = (
+        f" (on cases without {', '.join(sorted(dropped))}: the step cannot carry it)"
+        if dropped
+        else ""
+    )
     if ops & STATE_OPS:
         failing = [
             c.name
@@ -189,9 +243,10 @@ def measured(
         if failing:
             return "state", failing, "step.state fails: the carried state diverges"
     updated, contained, elsewhere = [], [], []
+    own = frozenset(s for s, stage_ops in STAGE_OPS.items() if ops & set(stage_ops))
     for config in running:
-        stage, passed = _step_outcome(target, config, domain, cause, device, seed)
-        if stage is not None and (stage == "runs" or ops & set(STAGE_OPS.get(stage, ()))):
+        stage, passed = _step_outcome(target, config, domain, cause, device, seed, stages=own)
+        if stage is not None and stage in own:
             updated.append((config.name, stage))
         elif stage is None and passed:
             contained.append(config.name)
@@ -199,13 +254,12 @@ def measured(
             elsewhere.append((config.name, stage))
     if updated:
         stages = ", ".join(sorted({s for _, s in updated}))
-        kind = "crash" if all(s == "runs" for _, s in updated) else "update"
-        return kind, [n for n, _ in updated], f"step.update diverges at {stages}"
+        return "update", [n for n, _ in updated], f"step.update diverges at {stages}{note}"
     if contained and not elsewhere:
         return (
             "contained",
             contained,
-            "step.update passes on such cases under every config that runs it",
+            "step.update passes on such cases under every config that runs it" + note,
         )
     if elsewhere:
         where = "; ".join(f"{n}: {s or 'no case with the features'}" for n, s in elsewhere)
@@ -215,6 +269,46 @@ def measured(
             f"undetermined: the step diverges first elsewhere or has no such case ({where})",
         )
     return None, [], "undetermined: no step case with the finding's features"
+
+
+def _failing_configs(
+    clause_id: str,
+    case: Any,
+    checks: Sequence[str | None],
+    target: Any,
+    configs: Sequence[Any],
+    device: str,
+    seed: int,
+) -> list[str]:
+    """The configs under which ``case`` fails one of ``checks`` of step clause
+    ``clause_id`` (``runs``: the step raises)."""
+    from rlconform.conformance.clauses import step as step_clauses
+
+    if case is None:
+        return []
+    from rlconform.conformance.literal import from_jsonable
+
+    case = from_jsonable(case)
+    check_under = {
+        "step.update": step_clauses.check_update_under,
+        "step.state": step_clauses.check_state_under,
+        "step.metrics": step_clauses.check_metrics_under,
+    }[clause_id]
+    wanted = {c for c in checks if c is not None}
+    failing = []
+    for config in configs:
+        ctx = CheckContext(target=target, device=device, seed=seed, clause_id=clause_id)
+        try:
+            check_under(ctx, case, config)
+        except step_clauses.RefusedByProfile:
+            continue
+        except ClauseMismatch as failure:
+            if not wanted or failure.check in wanted:
+                failing.append(config.name)
+        except TargetError:
+            if not wanted or "runs" in wanted:
+                failing.append(config.name)
+    return failing
 
 
 def judge(
@@ -227,20 +321,28 @@ def judge(
     device: str,
     seed: int,
     failed_config: str | None = None,
+    case: Any = None,
+    checks: Sequence[str] = (),
 ) -> tuple[str | None, list[str], str]:
     names = [c.name for c in configs]
     ops = ops_of(clause, check, target)
     run_anywhere = not configs or bool(ops & set().union(*(c.ops for c in configs)))
     kind = definitional(clause.id, check)
     if clause.area == "step":
-        domain = severity or "hardening"
-        failing = [
-            c.name
-            for c in configs
-            if c.name == failed_config
-            or _step_outcome(target, c, domain, frozenset(), device, seed, clause.id)[0] is not None
-        ]
-        return kind, failing or names, f"{clause.id} fails under these configs"
+        failing = _failing_configs(
+            clause.id, case, checks or (check,), target, configs, device, seed
+        )
+        if failed_config is not None and failed_config not in failing:
+            failing.insert(0, failed_config)
+        return (
+            kind,
+            failing or names,
+            (
+                f"{clause.id} fails on the finding's case under these configs"
+                if failing
+                else f"{clause.id}: the finding's case was not replayed"
+            ),
+        )
     if kind is not None:
         if not run_anywhere:
             return "unreached", [], f"no trainer config runs {', '.join(sorted(ops))}"
@@ -260,9 +362,25 @@ def assess(
     *,
     device: str = "cpu",
     seed: int | None = None,
+    examples: int | None = None,
 ) -> None:
     """Fill ``consequence`` / ``configs`` / ``consequence_basis`` of every broken clause and
-    every observed deviation entry of ``report``."""
+    every observed deviation entry of ``report`` (``examples``: cases per step search)."""
+    token = _EXAMPLES.set(SEARCH_EXAMPLES if examples is None else examples)
+    try:
+        _assess(report, target, clauses, configs, device, seed)
+    finally:
+        _EXAMPLES.reset(token)
+
+
+def _assess(
+    report: RunReport,
+    target: Any,
+    clauses: Iterable[Any],
+    configs: Sequence[Any],
+    device: str,
+    seed: int | None,
+) -> None:
     by_id = {c.id: c for c in clauses}
     seed = 0 if seed is None else seed
     cache: dict[tuple, tuple[str | None, list[str], str]] = {}
@@ -273,11 +391,25 @@ def assess(
         severity: str | None,
         features: Sequence[str],
         failed: str | None,
+        case: Any = None,
+        checks: Sequence[str] = (),
     ):
-        key = (clause.id, check, severity, tuple(sorted(features)), failed)
+        key = (clause.id, check, severity, tuple(sorted(features)), failed, tuple(checks))
+        if clause.area == "step":
+            key += (repr(case),)
         if key not in cache:
             cache[key] = judge(
-                clause, check, severity, features, target, configs, device, seed, failed
+                clause,
+                check,
+                severity,
+                features,
+                target,
+                configs,
+                device,
+                seed,
+                failed,
+                case=case,
+                checks=checks,
             )
         return cache[key]
 
@@ -295,12 +427,21 @@ def assess(
                 else (entry.checks[0] if entry.checks else None)
             )
             entry.consequence, entry.configs, entry.basis = cached(
-                clause, check, entry.severity, entry.features, None
+                clause,
+                check,
+                entry.severity,
+                entry.features,
+                None,
+                entry.case,
+                tuple(entry.observed_checks or entry.checks),
             )
             findings.append((entry.consequence, entry.configs, entry.basis))
         if result.status in ("fail", "error") and result.check is not None:
             failed = (result.counterexample or {}).get("config") if result.counterexample else None
-            findings.append(cached(clause, result.check, result.severity, result.features, failed))
+            case = (result.counterexample or {}).get("case")
+            own = cached(clause, result.check, result.severity, result.features, failed, case)
+            result.failure_consequence, result.failure_configs, result.failure_basis = own
+            findings.append(own)
         if not findings:
             continue
         findings.sort(key=lambda f: rank(f[0]))

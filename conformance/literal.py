@@ -35,3 +35,18 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, (str, int, bool)) or value is None or isinstance(value, float):
         return value
     return repr(value)
+
+
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def from_jsonable(value: Any) -> Any:
+    """The inverse of ``to_jsonable`` for a case: ``"nan"`` / ``"inf"`` / ``"-inf"`` back to
+    floats (every other value unchanged)."""
+    if isinstance(value, str):
+        return _NON_FINITE.get(value, value)
+    if isinstance(value, dict):
+        return {k: from_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_jsonable(v) for v in value]
+    return value

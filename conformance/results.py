@@ -39,12 +39,15 @@ class DeviationResult:
     consequence: str | None = None
     configs: list[str] = dataclasses.field(default_factory=list)
     basis: str = ""
+    declared_configs: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def summary(self) -> str:
         scope = ", ".join(self.checks) or "every check"
         if self.declared_features:
             scope += " on " + ", ".join(self.declared_features)
+        if self.declared_configs:
+            scope += " under " + ", ".join(self.declared_configs)
         seen = f"observed {self.count}x, {self.severity}" if self.observed else "not observed"
         return f"[{scope}] {self.rationale} ({seen})"
 
@@ -61,6 +64,7 @@ class DeviationResult:
             "consequence": self.consequence,
             "configs": list(self.configs),
             "consequence_basis": self.basis,
+            "declared_configs": list(self.declared_configs),
         }
 
 
@@ -82,6 +86,11 @@ class ClauseResult:
     consequence: str | None = None
     configs: list[str] = dataclasses.field(default_factory=list)
     consequence_basis: str = ""
+    # the undeclared failure's own consequence (``consequence`` is the clause's most serious
+    # one, declared deviations included)
+    failure_consequence: str | None = None
+    failure_configs: list[str] = dataclasses.field(default_factory=list)
+    failure_basis: str = ""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -97,6 +106,9 @@ class ClauseResult:
             "consequence": self.consequence,
             "configs": list(self.configs),
             "consequence_basis": self.consequence_basis,
+            "failure_consequence": self.failure_consequence,
+            "failure_configs": list(self.failure_configs),
+            "failure_basis": self.failure_basis,
         }
 
     def fails_at(self, fail_on: str, consequences: frozenset[str] | None = None) -> bool:
@@ -107,8 +119,9 @@ class ClauseResult:
         established always counts."""
         if self.status not in ("fail", "error"):
             return False
-        if consequences is not None and self.consequence is not None:
-            if self.consequence not in consequences:
+        own = self.failure_consequence if self.check is not None else self.consequence
+        if consequences is not None and own is not None:
+            if own not in consequences:
                 return False
         if self.severity is None:
             return True

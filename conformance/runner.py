@@ -189,8 +189,10 @@ class _Exploration(Observer):
 
     def tolerate(self, failure: ClauseMismatch | TargetError) -> bool:
         case_features = self.ctx.case_features
+        detail = getattr(failure, "detail", None)
+        config = detail.get("config") if isinstance(detail, dict) else None
         for index, entry in enumerate(self.entries):
-            if entry.covers(failure.check, case_features):
+            if entry.covers(failure.check, case_features, config):
                 self._record(index, failure, case_features)
                 return True
         return False
@@ -592,6 +594,7 @@ def _deviation_result(index: int, entry: Deviation, exploration: _Exploration) -
         rationale=entry.rationale,
         checks=list(entry.checks),
         declared_features=list(entry.features),
+        declared_configs=list(entry.configs),
         observed=observation is not None,
         count=exploration.counts.get(index, 0),
         severity=feats.DOMAINS[observation.rank] if observation else None,
@@ -655,6 +658,7 @@ def discover_breaks(
                     "clause": clause.id,
                     "checks": d.checks or d.observed_checks,
                     "features": d.declared_features,
+                    "configs": d.declared_configs,
                     "rationale": d.rationale,
                     "severity": d.severity,
                     "observed": d.observed_message,
@@ -697,7 +701,15 @@ def certify(
         report = RunReport(target=header, clauses=results, bindings=binding_rows(target, results))
         report.configs = {c.name: c.as_json() for c in configs}
         with phases.engine_pass("grade"):
-            consequence.assess(report, target, clauses, configs, device=device, seed=seed)
+            consequence.assess(
+                report,
+                target,
+                clauses,
+                configs,
+                device=device,
+                seed=seed,
+                examples=consequence.search_examples(run_profile.max_examples),
+            )
     finally:
         reset_configs(token)
     return report

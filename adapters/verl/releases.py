@@ -311,6 +311,22 @@ RELEASE_0_9 = Release(
             [f"{_AGENT}.AgentLoopOutput.as_dict"],
             f"{V1} (TransferQueue agent loop, streaming reward)",
         ),
+        "train_step": _binding(
+            [
+                f"{_AGENT}.AgentLoopOutput.as_dict",
+                f"{_RT}.apply_kl_penalty",
+                f"{_CORE}.get_kl_controller",
+                "verl.trainer.ppo.v1.utils.compute_advantage_for_multi_trajectories",
+                f"{_PAD}.response_to_nested",
+                f"{_LOSSES}.value_loss",
+                f"{_LOSSES}.ppo_loss",
+                "verl.utils.metric.utils.Metric.aggregate_dp",
+                "verl.utils.metric.reduce_metrics",
+                f"{_METRIC}.compute_data_metrics",
+            ],
+            f"{V1} (_step_once: _compute_advantage, _update_critic, _update_actor; the "
+            "engine's micro-batch loop and batch_num_tokens bookkeeping transcribed)",
+        ),
     },
     baseline="verl-0.9.1.toml",
     profile_name="verl-0.9.1",

@@ -20,6 +20,7 @@ from rlconform.adapters.verl.profile import profile_for
 from rlconform.adapters.verl.releases import DEFAULTS, Release, Settings
 from rlconform.adapters.verl.reward import RewardOps
 from rlconform.adapters.verl.source import VerlSource
+from rlconform.adapters.verl.step import StepOps
 
 BASELINES = Path(__file__).parent / "baselines"
 
@@ -43,6 +44,7 @@ class VerlTarget(
     AggregateOps,
     BatchOps,
     MetricsOps,
+    StepOps,
     Target,
 ):
     """verl's own postprocess functions behind the canonical padded layout."""

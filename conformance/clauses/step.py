@@ -37,15 +37,17 @@ from rlconform.adapters.step_io import StepBatch, StepOutput
 from rlconform.conformance import strategies as cs
 from rlconform.conformance.clauses.advantage import ESTIMATORS
 from rlconform.conformance.compare import assert_rows_close, assert_scalar_close
-from rlconform.conformance.errors import ClauseMismatch
+from rlconform.conformance.errors import ClauseMismatch, TargetError
 from rlconform.conformance.features import allows
 from rlconform.conformance.harness import pad_right, unpad_right
 from rlconform.conformance.registry import clause
 from rlconform.conformance.trainer_config import TrainerConfig, declared
 from rlconform.oracle import step as oracle
+from rlconform.oracle.errors import ContractError
 
 STEP_FEATURES = (
     "mask_holes",
+    "hole_reward",
     "padding_finite",
     "unequal_groups",
     "uneven_shards",
@@ -213,6 +215,44 @@ EXAMPLES = (
         "pad_value": 7.5,
         "extra_pad": 1,
     },
+    # edge: a sample without an action token (all its tokens masked), uneven micro-batches
+    {
+        "samples": [
+            _plain(0, [1, 1, 1], 1.0, "s0", "g0", 1.0),
+            _plain(1, [0, 0], 0.5, "s1", "g0", -1.0),
+            _plain(2, [1, 1], 0.0, "s2", "g0", -2.0),
+            _plain(3, [1, 1, 1, 1], 0.25, "s3", "g1", 2.0),
+            _plain(4, [1], 0.75, "s4", "g1", -1.0),
+        ],
+        "shards": [2, 2, 1],
+        "pad_value": 0.0,
+        "extra_pad": 0,
+    },
+    # edge: a response that ends in a tool observation, its score on that mask-0 token
+    {
+        "samples": [
+            _plain(0, [1, 1, 0, 0], 1.0, "s0", "g0", 1.0),
+            _plain(1, [1, 1, 1], 0.0, "s1", "g0", -1.0),
+            _plain(2, [1, 0, 1], 0.5, "s2", "g1", 2.0),
+            _plain(3, [1, 1], 0.0, "s3", "g1", -2.0),
+        ],
+        "shards": [2, 2],
+        "pad_value": 0.0,
+        "extra_pad": 0,
+    },
+    # hardening: NaN where the model computed values for tool tokens (log-prob, reference
+    # log-prob, value prediction)
+    {
+        "samples": [
+            {**_plain(0, [1, 0, 1], 1.0, "s0", "g0", 1.0), "logp": [-0.9, math.nan, -1.3]},
+            {**_plain(1, [1, 1], 0.0, "s1", "g0", -1.0)},
+            {**_plain(2, [1, 0, 1, 1], 0.5, "s2", "g1", 2.0), "ref": [-1.2, math.nan, -1.6, -1.9]},
+            {**_plain(3, [0, 1], 0.0, "s3", "g1", -2.0), "vpreds": [math.nan, 0.5]},
+        ],
+        "shards": [2, 2],
+        "pad_value": 0.0,
+        "extra_pad": 0,
+    },
 )
 
 
@@ -226,6 +266,19 @@ def _micro_batches(case: dict[str, Any]) -> list[list[int]]:
         batches.append(list(range(start, start + size)))
         start += size
     return batches
+
+
+def step_features(case: dict[str, Any]) -> set[str]:
+    """The §0a features of one step's batch: the generic ones, and ``hole_reward`` where a
+    nonzero score lands on a mask-0 token (a response that ends in a tool observation: the
+    score is placed on its last token, L_i - 1)."""
+    from rlconform.conformance.features import generic_features
+
+    found = set(generic_features(case))
+    for s in case["samples"]:
+        if s["mask"] and not s["mask"][-1] and s["reward"] != 0:
+            found.add("hole_reward")
+    return found & set(STEP_FEATURES)
 
 
 # --- harness: case -> StepBatch, StepOutput -> rows ------------------------------------
@@ -276,6 +329,22 @@ def _grad(tensor: torch.Tensor | None) -> torch.Tensor | None:
     )
 
 
+class RefusedByProfile(Exception):
+    """The target's step raised on a case its profile's legitimate choices refuse (the
+    oracle's chain raises under them too, e.g. ``whiten_degenerate = "raise"`` on a
+    mini-batch with one action token): conformant, nothing to compare."""
+
+
+def _refused(ctx: Any, case: dict[str, Any], config: TrainerConfig) -> bool:
+    cfg, profile = config.resolved, ctx.profile.choices()
+    try:
+        rewards = oracle.token_rewards(case["samples"], cfg, profile, cfg["kl_coef"])
+        oracle.advantages(rewards, case["samples"], cfg, profile)
+    except ContractError:
+        return True
+    return False
+
+
 def run_step(
     ctx: Any, case: dict[str, Any], config: TrainerConfig, state: Any = None
 ) -> tuple[StepOutput, dict[str, Any]]:
@@ -294,7 +363,12 @@ def run_step(
         )
         return output, {k: v for k, v in grads.items() if v is not None}
 
-    output, read_grads = ctx.call_built("train_step", build, read)
+    try:
+        output, read_grads = ctx.call_built("train_step", build, read)
+    except TargetError:
+        if _refused(ctx, case, config):
+            raise RefusedByProfile() from None
+        raise
     if not isinstance(output, StepOutput):
         raise ClauseMismatch(
             f"[{ctx.clause_id}] train_step must return a StepOutput, got {type(output).__name__}",
@@ -393,13 +467,16 @@ def _closest(candidates: list[list[list[float]]], actual: list[list[float]]) -> 
 
 
 def _fail_for(config: TrainerConfig) -> Any:
-    """Prefix a failure's message with the config it happened under."""
+    """Prefix a failure's message with the config it happened under (a case the profile
+    refuses is done with under that config)."""
 
     class _Named:
         def __enter__(self) -> None:
             return None
 
         def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+            if isinstance(exc, RefusedByProfile):
+                return True  # both the contract (under the profile) and the target refuse
             if isinstance(exc, ClauseMismatch) and not getattr(exc, "_config_named", False):
                 exc.message = f"under trainer config {config.name!r}: {exc.message}"
                 exc.args = (exc.message,) + exc.args[1:]
@@ -631,6 +708,7 @@ def _check_gradient(
     applies=_applies,
     checks=UPDATE_CHECKS,
     meets=STEP_FEATURES,
+    case_features=step_features,
     max_examples_scale=0.5,
 )
 def check_update(ctx: Any, case: dict[str, Any]) -> None:
@@ -721,6 +799,7 @@ METRIC_CHECKS = (
     applies=_metrics_apply,
     checks=METRIC_CHECKS,
     meets=STEP_FEATURES,
+    case_features=step_features,
     max_examples_scale=0.3,
 )
 def check_metrics(ctx: Any, case: dict[str, Any]) -> None:
@@ -749,12 +828,10 @@ def state_case(draw: Any) -> dict[str, Any]:
 
 
 def _state_features(case: dict[str, Any]) -> set[str]:
-    from rlconform.conformance.features import generic_features
-
     found: set[str] = set()
     for step in case["steps"]:
-        found |= generic_features(step)
-    return found & set(STEP_FEATURES)
+        found |= step_features(step)
+    return found
 
 
 def check_state_under(ctx: Any, case: dict[str, Any], config: TrainerConfig) -> None:

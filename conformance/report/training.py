@@ -27,9 +27,9 @@ def findings(report: RunReport) -> list[dict[str, Any]]:
                     "check": result.check,
                     "status": result.status,
                     "severity": result.severity,
-                    "consequence": result.consequence,
-                    "configs": list(result.configs),
-                    "basis": result.consequence_basis,
+                    "consequence": result.failure_consequence,
+                    "configs": list(result.failure_configs),
+                    "basis": result.failure_basis,
                     "declared": False,
                 }
             )
