@@ -156,3 +156,27 @@ def test_render_round_trips_through_load(tmp_path):
     assert entry == Deviation(
         'quotes " and \\ backslashes survive', ("advantages", "returns"), ("padding_nonfinite",)
     )
+
+
+def test_an_entry_may_be_scoped_by_trainer_config(tmp_path):
+    text = _VALID.replace('clause = "reward.place_last"', 'clause = "step.update"').replace(
+        'checks = ["padding_zero"]', 'checks = ["loss"]\nconfigs = ["dr_grpo"]'
+    )
+    (entry,) = baseline.load(_write(tmp_path, text))["step.update"]
+    assert entry.configs == ("dr_grpo",)
+    assert entry.covers("loss", frozenset({"empty_response"}), "dr_grpo")
+    assert not entry.covers("loss", frozenset({"empty_response"}), "default")
+    rendered = baseline.render(
+        {"name": "x", "version": "1"},
+        [{"clause": "step.update", "checks": ["loss"], "configs": ["dr_grpo"], "rationale": "r"}],
+    )
+    assert 'configs = ["dr_grpo"]' in rendered
+    assert baseline.parse(tomllib_loads(rendered), "rendered")["step.update"][0].configs == (
+        "dr_grpo",
+    )
+
+
+def tomllib_loads(text):
+    import tomllib
+
+    return tomllib.loads(text)

@@ -68,3 +68,15 @@ def entropy_over_response(orig, batch, config, state=None):
 
 def mutant(name: str, **ops):
     return with_overrides(TorchRef(), name, **ops)
+
+
+def loss_scaled_under_dr_grpo(orig, batch, config, state=None):
+    """Under config ``dr_grpo`` only, the back-propagated loss is doubled (a second backward
+    of the same loss): the update changes there and nowhere else."""
+    output = orig.train_step(batch, config, state)
+    if config.name == "dr_grpo":
+        for leaf in (batch.log_probs, batch.entropy):
+            if leaf.grad is not None:
+                leaf.grad.mul_(2.0)
+        output.loss = 2.0 * output.loss
+    return output

@@ -90,3 +90,23 @@ def test_fail_on_consequence_gates_the_exit_code():
     assert set(data["configs"]) >= {"default", "dr_grpo"}
     clause = data["clauses"][0]
     assert clause["consequence"] == "metric" and "default" in clause["configs"]
+
+
+@pytest.mark.parametrize(("configs", "status"), [(["dr_grpo"], "deviation"), (["default"], "fail")])
+def test_a_baseline_entry_scoped_by_config_covers_only_that_config(configs, status):
+    """A step entry with ``configs`` excuses failures under those trainer configs only."""
+    from rlconform.adapters.base import Deviation
+
+    target = m.mutant("scaled_dr_grpo", train_step=m.loss_scaled_under_dr_grpo)
+    target.deviations = {
+        "step.update": [
+            Deviation(
+                "the loss is doubled under Dr. GRPO",
+                ("loss", "gradient", "entropy_gradient"),
+                configs=tuple(configs),
+            )
+        ]
+    }
+    report = certify(target, select("step.update"), get_run_profile("ci"))
+    (result,) = report.clauses
+    assert result.status == status, result.message
