@@ -63,9 +63,8 @@ def _run(target, config, case):
 
 
 def test_default_config_is_verls_shipped_file(verl):
-    from omegaconf import OmegaConf
-
     import verl as verl_package
+    from omegaconf import OmegaConf
 
     path = os.path.join(
         os.path.dirname(verl_package.__file__), "trainer", "config", "_generated_ppo_trainer.yaml"
