@@ -61,6 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
         "with --fail-on",
     )
     certify.add_argument(
+        "--require",
+        action="append",
+        default=[],
+        metavar="AREA|GLOB",
+        help="clauses that must run: an area (adv) or a glob of clause ids (step.*, "
+        "loss.ppo_clip), comma-separated, repeatable; a required clause that is skipped "
+        "(the target does not implement it) fails",
+    )
+    certify.add_argument(
         "--baseline",
         action="append",
         default=[],
@@ -175,6 +184,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     clauses = select(args.only)
     if not clauses:
         raise SetupError(f"--only {args.only!r} matches no clause (see 'rlconform clauses')")
+    required = _required(args.require, clauses)
     reporter = ConsoleReporter(total=len(clauses))
     reporter.header(target.describe(), run_profile.name, args.device)
     report = certify(
@@ -187,6 +197,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
         on_result=reporter.on_result,
         trainer_configs=args.trainer_configs or None,
     )
+    _enforce_required(report, required)
     report.fail_on = args.fail_on
     report.fail_on_consequence = fail_on_consequence
     if args.baseline:
@@ -201,6 +212,39 @@ def cmd_certify(args: argparse.Namespace) -> int:
     if args.markdown_path:
         markdown.write(report, args.markdown_path)
     return report.exit_code
+
+
+def _required(values: list[str], clauses: list) -> set[str]:
+    """The clause ids ``--require`` names (an area name stands for every clause of it);
+    a pattern that matches no clause, or only clauses ``--only`` leaves out, is a usage
+    error."""
+    from rlconform.conformance.registry import AREAS, select
+
+    required: set[str] = set()
+    running = {c.id for c in clauses}
+    for value in values:
+        for pattern in (p.strip() for p in value.split(",") if p.strip()):
+            glob = f"{pattern}.*" if pattern in AREAS else pattern
+            matched = {c.id for c in select(glob)}
+            if not matched:
+                raise SetupError(
+                    f"--require {pattern!r} matches no clause; an area ({', '.join(AREAS)}) "
+                    "or a glob of clause ids (see 'rlconform clauses')"
+                )
+            outside = sorted(matched - running)
+            if outside == sorted(matched):
+                raise SetupError(f"--require {pattern!r}: {', '.join(outside)} not in --only")
+            required |= matched & running
+    return required
+
+
+def _enforce_required(report, required: set[str]) -> None:
+    """A required clause that was skipped fails (ungraded: exit 1 at any --fail-on)."""
+    for result in report.clauses:
+        if result.id in required and result.status == "skip":
+            result.message = f"required (--require) but did not run: {result.message}"
+            result.status = "fail"
+            result.graded = False
 
 
 def _consequences(value: str | None) -> frozenset[str] | None:

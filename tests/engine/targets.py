@@ -87,3 +87,8 @@ def agg_without_token_sum(self, loss_mat, loss_mask, mode, **kwargs):
     if mode == "token-sum":
         raise Unsupported("no token-sum mode")
     return type(self).agg_loss(self, loss_mat, loss_mask, mode, **kwargs)
+
+
+def without_gspo_target():
+    """torchref without its GSPO loss (loss.gspo is skipped)."""
+    return with_overrides(TorchRef(), "no-gspo", gspo_loss=None)
