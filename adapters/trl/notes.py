@@ -40,7 +40,7 @@ MINIMAL = {
     (
         "loss.ppo_clip",
         "extreme_log_ratio",
-    ): "old -100, logp -0.5, A = -2: per-token loss 2 exp(99.5) = inf, contract 2 exp(20); old -30: 2 exp(29.5), contract 2 exp(20)",
+    ): "old -30, logp -0.5, A = -2 (log-ratio 29.5, edge): per-token loss 2 exp(29.5), contract 2 exp(20); old -100: 2 exp(99.5) = inf",
     ("loss.dual_clip", "padding_nonfinite"): NAN_PAD,
     (
         "loss.dual_clip",

@@ -515,8 +515,13 @@ POLICY_FEATURES = (*LOSS_FEATURES, "extreme_log_ratio")
 
 
 def _logprob() -> st.SearchStrategy[float]:
-    """Old log-probs: ordinary, and (hardening) <= -100 where float32 exp underflows."""
-    extreme = [-99.5, -100.0, -150.0] if allows("hardening") else []
+    """Old log-probs: ordinary, (edge) a token the old policy found very improbable, so that
+    a log-ratio of +25 or +60 (beyond the +-20 clamp, inside exp's float32 range) is
+    reachable: logp = min(0, old + ratio) clips every positive ratio of an ordinary old
+    log-prob; (hardening) <= -100 where float32 exp underflows."""
+    extreme = [-30.0, -65.0] if allows("edge") else []
+    if allows("hardening"):
+        extreme += [-99.5, -100.0, -150.0]
     return st.one_of(st.floats(-8.0, 0.0, width=32), st.sampled_from([0.0, -1e-6, *extreme]))
 
 
