@@ -126,12 +126,12 @@ class LossBindings(OpenRLHFCommon):
         cliprange_value: float,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """loss.value_clip: ``ValueLoss(clip_eps=value_clip)(values, old_values, returns,
-        action_mask)``, OpenRLHF's 0.5 included. OpenRLHF reports no value clip fraction:
-        ``vf_clipfrac`` is NaN ("not reported")."""
+        action_mask)``, OpenRLHF's 0.5 included. OpenRLHF computes no value clip fraction:
+        ``vf_clipfrac`` is None (the clause makes no clip-fraction check)."""
         critic = self.runtime.loss.ValueLoss(clip_eps=cliprange_value)
         with self.per_token_loss():
             loss = critic(vpreds, values, returns, action_mask=action_mask(response_mask))
-        return loss, {"vf_clipfrac": torch.tensor(float("nan"))}
+        return loss, {"vf_clipfrac": None}
 
     # ------------------------------------------------------------------ IS correction
 

@@ -94,8 +94,13 @@ def _padded_inputs(
 
 
 def _unpack(
-    clause_id: str, result: Any, metric_keys: tuple[str, ...]
+    clause_id: str,
+    result: Any,
+    metric_keys: tuple[str, ...],
+    optional: tuple[str, ...] = (),
 ) -> tuple[torch.Tensor, dict[str, float]]:
+    """(loss, metrics as floats). A metric in ``optional`` may be ``None`` (the framework
+    computes none): it is left out, and its check is not made."""
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)):
         raise ClauseMismatch(
             f"[{clause_id}] the operation must return (loss, metrics dict), got {type(result).__name__}",
@@ -109,6 +114,9 @@ def _unpack(
                 f"[{clause_id}] metric {key!r} is missing (got {sorted(metrics)})", check="shape"
             )
         values[key] = float(torch.as_tensor(metrics[key]).detach().to("cpu", torch.float64))
+    for key in optional:
+        if metrics.get(key) is not None:
+            values[key] = float(torch.as_tensor(metrics[key]).detach().to("cpu", torch.float64))
     return loss, values
 
 
@@ -1098,7 +1106,9 @@ _VALUE_EXAMPLES = (
 )
 def check_value_clip(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``value_loss(vpreds, returns, values, mask, *, cliprange_value) -> (loss, {"vf_clipfrac"})``
-    (verl argument order). Profile key ``value_loss_scale`` (default 0.5; slime 1.0)."""
+    (verl argument order); ``vf_clipfrac`` None where the framework computes none (check
+    ``clipfrac`` is then not made). Profile key ``value_loss_scale`` (default 0.5; slime
+    1.0)."""
     clause_id = "loss.value_clip"
     lengths, uids, masks = cs.lengths_of(case), cs.uids_of(case), _masks(case)
     tensors, ragged, action = _padded_inputs(ctx, case, ("vpreds", "returns", "values"))
@@ -1131,7 +1141,7 @@ def check_value_clip(ctx: Any, case: dict[str, Any]) -> None:
         action,
         cliprange_value=case["clip"],
     )
-    loss, metrics = _unpack(clause_id, result, ("vf_clipfrac",))
+    loss, metrics = _unpack(clause_id, result, (), optional=("vf_clipfrac",))
     _assert_shape(clause_id, "per-token value loss", loss, tuple(action.shape))
     with ctx.check("loss"):
         _assert_action_rows_close(
@@ -1168,6 +1178,8 @@ def check_value_clip(ctx: Any, case: dict[str, Any]) -> None:
         )
     with ctx.check("grad_off_actions"):
         _assert_zero_off_actions(clause_id, "d(token-mean value loss)/d vpreds", grad, masks, uids)
+    if "vf_clipfrac" not in metrics:
+        return
     with ctx.check("clipfrac"):
         assert_scalar_close(
             clause_id,

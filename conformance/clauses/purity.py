@@ -221,8 +221,10 @@ def permuted(case: dict[str, Any]) -> dict[str, Any]:
 
 def _each_probe(ctx: Any, need: str | None, body: Callable[[Probe], None]) -> None:
     """Run ``body`` for every probe of the target. A probe whose call the target cannot make
-    for this case (``Unsupported`` / ``Inexpressible``) is left out and the others still run;
-    the case is skipped only when no probe could run."""
+    for this case (``Unsupported`` / ``Inexpressible``), or whose operation raises on it, is
+    left out and the others still run: an operation that raises on a valid input is a
+    ``runs`` finding of that operation's own clause, never a purity fault. The case is
+    skipped when no probe could run."""
     from rlconform.adapters.base import Inexpressible, Unsupported
     from rlconform.conformance.errors import TargetError
 
@@ -231,11 +233,18 @@ def _each_probe(ctx: Any, need: str | None, body: Callable[[Probe], None]) -> No
         try:
             body(probe)
         except TargetError as error:
-            if not isinstance(error.original, (Unsupported, Inexpressible)):
-                raise
             skipped.append(error)
     if runnable and len(skipped) == len(runnable):
-        raise skipped[-1]
+        last = skipped[-1]
+        if isinstance(last.original, (Unsupported, Inexpressible)):
+            raise last
+        raise TargetError(
+            last.op,
+            Inexpressible(
+                f"every purity probe's operation raised on this case ({last.summary}); "
+                "that is reported under the operation's own clause"
+            ),
+        ) from None
 
 
 def _runnable(target: Any, need: str | None = None) -> list[Probe]:

@@ -259,3 +259,26 @@ def test_entropy_bonus_wrong_sign_is_caught(torchref):
 def test_kl_term_detached_is_caught(torchref):
     result = assert_caught(with_overrides(torchref, actor_loss=kl_term_detached), "loss.total")
     assert "d kl" in result.message
+
+
+def value_loss_without_clipfrac(self, vpreds, returns, values, mask, *, cliprange_value):
+    loss, _ = self.value_loss(vpreds, returns, values, mask, cliprange_value=cliprange_value)
+    return loss, {"vf_clipfrac": None}
+
+
+def test_a_metric_the_framework_does_not_compute_is_not_a_break():
+    """loss.value_clip: vf_clipfrac None (OpenRLHF computes none) skips the clipfrac check
+    only; the loss checks still run (a wrong loss still fails)."""
+    from rlconform.adapters.torchref import TorchRef
+    from tests.conftest import certify_one
+
+    plain = with_overrides(TorchRef(), "no-vf-clipfrac", value_loss=value_loss_without_clipfrac)
+    assert certify_one(plain, "loss.value_clip").status == "pass"
+
+    def doubled(self, *args, **kwargs):
+        loss, metrics = value_loss_without_clipfrac(self, *args, **kwargs)
+        return loss * 2, metrics
+
+    broken = with_overrides(TorchRef(), "no-vf-clipfrac-doubled", value_loss=doubled)
+    result = certify_one(broken, "loss.value_clip")
+    assert result.status == "fail" and result.check == "loss", result.message

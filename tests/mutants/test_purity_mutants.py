@@ -125,3 +125,26 @@ def test_order_needs_duplicate_removal_off():
     kept_permuted = filter_oracle.filter_samples([b, a], {"drop_duplicates": True})["kept"]
     assert [s["uid"] for s in kept] != [s["uid"] for s in kept_permuted]
     assert PURITY_FILTER_CONFIG["drop_duplicates"] is False
+
+
+def place_reward_raising_on_zero_width(self, scores, response_mask, loss_mask):
+    """Pure, but raises on a batch of zero-width responses (as OpenRLHF's compute_reward)."""
+    if response_mask.shape[-1] == 0:
+        raise IndexError("argmax of an empty dimension")
+    return self.place_reward_last(scores, response_mask, loss_mask)
+
+
+def test_a_probe_whose_operation_raises_is_not_a_purity_fault():
+    """CONTRACT purity: the crash belongs to the operation's own clause (reward.place_last,
+    check runs); every purity clause still passes, the probe left out of that case."""
+    from rlconform.adapters.torchref import TorchRef
+    from tests.conftest import certify_one
+
+    target = with_overrides(
+        TorchRef(), "raises-on-zero-width", place_reward_last=place_reward_raising_on_zero_width
+    )
+    for clause_id in ("purity.no_mutation", "purity.deterministic", "purity.order"):
+        result = certify_one(target, clause_id)
+        assert result.status == "pass", (clause_id, result.message)
+    own = certify_one(target, "reward.place_last")
+    assert own.status in ("fail", "error") and own.check == "runs", own.message
