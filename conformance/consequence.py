@@ -129,26 +129,6 @@ def _step_outcome(
     With ``stages``, a case that diverges first at another stage is passed over (its stage
     is named in the result when no case decides)."""
     examples = _EXAMPLES.get() if examples is None else examples
-    memo = getattr(target, "__dict__", {}).setdefault("_rlc_step_outcomes", {})
-    key = (config.name, domain, required, device, seed, clause_id, stages, examples)
-    if key not in memo:
-        memo[key] = _search_step(
-            target, config, domain, required, device, seed, clause_id, stages, examples
-        )
-    return memo[key]
-
-
-def _search_step(
-    target: Any,
-    config: Any,
-    domain: str,
-    required: frozenset[str],
-    device: str,
-    seed: int,
-    clause_id: str,
-    stages: frozenset[str] | None,
-    examples: int,
-) -> tuple[str | None, int]:
     from rlconform.conformance.clauses import step as step_clauses
     from rlconform.conformance.registry import get
 
