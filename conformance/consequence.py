@@ -108,6 +108,17 @@ def ops_of(clause: Any, check: str | None, target: Any) -> set[str]:
     return set(_probed_ops(clause.id, target))
 
 
+def _check_under(clause_id: str) -> Any:
+    """The one-config check of step clause ``clause_id``."""
+    from rlconform.conformance.clauses import step as step_clauses
+
+    return {
+        "step.update": step_clauses.check_update_under,
+        "step.state": step_clauses.check_state_under,
+        "step.metrics": step_clauses.check_metrics_under,
+    }[clause_id]
+
+
 class _Diverged(Exception):
     def __init__(self, stage: str):
         super().__init__(stage)
@@ -133,11 +144,7 @@ def _step_outcome(
     from rlconform.conformance.registry import get
 
     clause = get(clause_id)
-    check_under = {
-        "step.update": step_clauses.check_update_under,
-        "step.state": step_clauses.check_state_under,
-        "step.metrics": step_clauses.check_metrics_under,
-    }[clause_id]
+    check_under = _check_under(clause_id)
     ctx = CheckContext(target=target, device=device, seed=seed, clause_id=clause_id)
     passed = [0]
     elsewhere: set[str] = set()
@@ -269,11 +276,7 @@ def _failing_configs(
     from rlconform.conformance.literal import from_jsonable
 
     case = from_jsonable(case)
-    check_under = {
-        "step.update": step_clauses.check_update_under,
-        "step.state": step_clauses.check_state_under,
-        "step.metrics": step_clauses.check_metrics_under,
-    }[clause_id]
+    check_under = _check_under(clause_id)
     wanted = {c for c in checks if c is not None}
     failing = []
     for config in configs:
