@@ -376,18 +376,22 @@ def _assess(
         failed: str | None,
         case: Any = None,
         checks: Sequence[str] = (),
+        scope: Sequence[str] = (),
     ):
         key = (clause.id, check, severity, tuple(sorted(features)), failed, tuple(checks))
+        key += (tuple(scope),)
         if clause.area == "step":
             key += (repr(case),)
         if key not in cache:
+            # an entry scoped to configs is a break of those configs: judged under them only
+            under = [c for c in configs if c.name in scope] if scope else configs
             cache[key] = judge(
                 clause,
                 check,
                 severity,
                 features,
                 target,
-                configs,
+                under,
                 device,
                 seed,
                 failed,
@@ -417,6 +421,7 @@ def _assess(
                 None,
                 entry.case,
                 tuple(entry.observed_checks or entry.checks),
+                tuple(entry.declared_configs),
             )
             findings.append((entry.consequence, entry.configs, entry.basis))
         if result.status in ("fail", "error") and result.check is not None:

@@ -45,6 +45,7 @@ class CheckContext:
     case_features: frozenset[str] = frozenset()
     pinned: bool = False
     returned: int = 0  # calls into the target that returned (did not raise)
+    trainer_config: str | None = None  # the step config a step clause is checking now
     _in_place: int = 0
 
     @property
@@ -68,6 +69,8 @@ class CheckContext:
         except ClauseMismatch as failure:
             if failure.check is None:
                 failure.check = name
+            if self.trainer_config is not None and isinstance(failure.detail, dict):
+                failure.detail.setdefault("config", self.trainer_config)
             if not self.observer.tolerate(failure):
                 raise
 

@@ -61,6 +61,9 @@ STEP_SETTINGS: dict[str, Any] = {
     "value_loss_scale": 0.5,
     "micro_batch_size": 2,
     "dp_size": 1,
+    # the trainer keeps no rollout log-probs: its old log-probs are the current policy's,
+    # detached (one update per rollout, e.g. TRL with num_iterations = 1): ratio 1
+    "on_policy": False,
 }
 
 ESTIMATORS = ("grpo", "rloo", "gae", "reinforce_pp", "reinforce_pp_baseline")
@@ -82,6 +85,14 @@ def resolve(settings: Mapping[str, Any]) -> dict[str, Any]:
     if resolved["estimator"] == "gae" and not resolved["critic"]:
         raise ContractError(CLAUSE, "estimator gae needs a critic (critic = true)")
     return resolved
+
+
+def as_run(samples: Sequence[Mapping[str, Any]], cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The samples as the config's step reads them: under ``on_policy`` the old log-probs
+    are the current ones (the trainer never kept the rollout's)."""
+    if not cfg.get("on_policy"):
+        return [dict(s) for s in samples]
+    return [{**s, "old": list(s["logp"])} for s in samples]
 
 
 def token_rewards(
@@ -167,6 +178,11 @@ def _agg(rows, masks, cfg) -> float:
     return agg_oracle.aggregate(rows, masks, cfg["loss_agg_mode"], norm_length=cfg["norm_length"])
 
 
+def _token_mean(rows: list[list[float]], masks: list[list[int]]) -> float:
+    values = [x for row, mask in zip(rows, masks) for x, m in zip(row, mask) if m]
+    return math.fsum(values) / len(values) if values else 0.0
+
+
 def _stats(rows: list[list[float]], masks: list[list[int]], name: str) -> dict[str, float]:
     values = [x for row, mask in zip(rows, masks) for x, m in zip(row, mask) if m]
     if not values:
@@ -246,11 +262,15 @@ def policy_terms(
         )
     metrics = {
         "policy_loss": _agg(pg_rows, masks, cfg),
+        # the entropy term as the loss aggregates it, and the mean entropy of the batch's
+        # action tokens (entropy.from_logits: no action token gives 0)
         "entropy": _agg(entropy_rows, masks, cfg),
+        "entropy/mean": _token_mean(entropy_rows, masks),
         "clip_fraction": loss_oracle.clip_fraction(flag_rows, masks),
     }
     if cfg["kl_loss"]:
         metrics["kl_loss"] = _agg(kl_rows, masks, cfg)
+        metrics["kl_loss/mean"] = _token_mean(kl_rows, masks)
     return {
         "per_token_loss": total_rows,
         "loss": _agg(total_rows, masks, cfg),
@@ -361,6 +381,7 @@ def train_step(
     ragged rows, ``metrics`` and ``state``.
     """
     cfg = resolve(settings)
+    samples = as_run(samples, cfg)
     choices = dict(choices or {})
     coef = cfg["kl_coef"] if kl_coef is None else kl_coef
     rewards = token_rewards(samples, cfg, choices, coef)

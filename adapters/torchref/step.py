@@ -129,6 +129,8 @@ class StepOps:
             "entropy": 0.0,
             "kl_loss": 0.0,
             "clipped": 0.0,
+            "entropy_sum": 0.0,
+            "kl_sum": 0.0,
             "vf": 0.0,
             "vclipped": 0.0,
         }
@@ -164,6 +166,9 @@ class StepOps:
             sums["entropy"] += float(self.agg_loss(ent.detach(), m, cfg["loss_agg_mode"], **agg))
             sums["kl_loss"] += float(self.agg_loss(kl.detach(), m, cfg["loss_agg_mode"], **agg))
             sums["clipped"] += float(pg_metrics["clipfrac"]) * n_tokens
+            on = m.bool()
+            sums["entropy_sum"] += float(ent.detach()[on].sum())
+            sums["kl_sum"] += float(kl.detach()[on].sum())
             if cfg["critic"]:
                 vl, v_metrics = self.value_loss(
                     _rows(batch.vpreds, index),
@@ -180,9 +185,11 @@ class StepOps:
         metrics.update(_batch_metrics(batch, rewards, advantages, returns))
         metrics["policy_loss"] = sums["policy_loss"]
         metrics["entropy"] = sums["entropy"]
+        metrics["entropy/mean"] = sums["entropy_sum"] / tokens
         metrics["clip_fraction"] = sums["clipped"] / tokens
         if cfg["kl_loss"]:
             metrics["kl_loss"] = sums["kl_loss"]
+            metrics["kl_loss/mean"] = sums["kl_sum"] / tokens
         if cfg["critic"]:
             metrics["value_loss"] = float(value_loss)
             metrics["value_clip_fraction"] = sums["vclipped"] / tokens

@@ -80,3 +80,36 @@ def loss_scaled_under_dr_grpo(orig, batch, config, state=None):
                 leaf.grad.mul_(2.0)
         output.loss = 2.0 * output.loss
     return output
+
+
+def entropy_mean_per_micro_batch(orig, batch, config, state=None):
+    """The logged mean entropy (``entropy/mean``) averaged over micro-batches instead of
+    over the step's action tokens; the update is right."""
+    output = orig.train_step(batch, config, state)
+    means = []
+    for rows in batch.micro_batches:
+        index = torch.tensor(rows, dtype=torch.long)
+        m = batch.loss_mask.index_select(0, index)
+        ent = batch.entropy.detach().index_select(0, index)
+        means.append(float((ent * m).sum() / m.sum().clamp(min=1.0)))
+    output.metrics["entropy/mean"] = sum(means) / len(means)
+    return output
+
+
+def kl_mean_doubled(orig, batch, config, state=None):
+    """The logged mean KL (``kl_loss/mean``) doubled; the update is right."""
+    output = orig.train_step(batch, config, state)
+    if "kl_loss/mean" in output.metrics:
+        output.metrics["kl_loss/mean"] *= 2.0
+    return output
+
+
+def doubled_under_two_configs(orig, batch, config, state=None):
+    """The reported loss off by 1 under ``dr_grpo`` (on every case: a declared break in the
+    test) and, differently, the entropy gradient zeroed under ``rloo_kl_loss`` (a new one)."""
+    output = orig.train_step(batch, config, state)
+    if config.name == "dr_grpo":
+        output.loss = float(output.loss) + 1.0
+    if config.name == "rloo_kl_loss" and batch.entropy.grad is not None:
+        batch.entropy.grad.zero_()
+    return output

@@ -110,3 +110,36 @@ def test_a_baseline_entry_scoped_by_config_covers_only_that_config(configs, stat
     report = certify(target, select("step.update"), get_run_profile("ci"))
     (result,) = report.clauses
     assert result.status == status, result.message
+
+
+@pytest.mark.parametrize(
+    ("plant", "check"),
+    [(m.entropy_mean_per_micro_batch, "entropy/mean"), (m.kl_mean_doubled, "kl_loss/mean")],
+)
+def test_token_mean_metrics_are_checked(plant, check):
+    """step.metrics' entropy/mean and kl_loss/mean: the batch's action-token means."""
+    target = m.mutant(check, train_step=plant)
+    report = certify(target, select("step.metrics"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert (result.status, result.check, result.consequence) == ("fail", check, "metric")
+
+
+def test_a_declared_break_under_one_config_does_not_hide_another():
+    """A case that fails a declared check under one config still runs under the others:
+    the new break under another config is reported, not lost behind the declared one."""
+    from rlconform.adapters.base import Deviation
+
+    target = m.mutant("two-breaks", train_step=m.doubled_under_two_configs)
+    target.deviations = {
+        "step.update": [
+            Deviation(
+                "the reported loss is off by one under Dr. GRPO",
+                ("loss",),
+                configs=("dr_grpo",),
+            )
+        ]
+    }
+    report = certify(target, select("step.update"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert (result.status, result.check) == ("fail", "entropy_gradient"), result.message
+    assert "rloo_kl_loss" in result.message

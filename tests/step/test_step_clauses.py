@@ -61,7 +61,7 @@ def _adapter_configs():
     from rlconform.adapters.registry import load_target
 
     found = []
-    for spec in ("verl",):
+    for spec in ("verl", "trl", "openrlhf"):
         try:
             target = load_target(spec)
         except Exception:  # the framework is not installed in this environment
