@@ -23,9 +23,10 @@ from rlconform.adapters.trl.offpolicy import OffpolicyBindings
 from rlconform.adapters.trl.releases import describe as describe_bindings
 from rlconform.adapters.trl.runtime import TrlRuntime, load_runtime
 from rlconform.adapters.trl.shell import Shell
+from rlconform.adapters.trl.step import StepOps
 
 
-class TrlTarget(AdvantageBindings, LossBindings, OffpolicyBindings, Target):
+class TrlTarget(AdvantageBindings, LossBindings, OffpolicyBindings, StepOps, Target):
     """TRL's GRPOTrainer, bound operation by operation."""
 
     name = "trl"

@@ -63,6 +63,39 @@ MINIMAL = {
         "agg.seq_mean_token_sum_norm",
         "actionless_sample",
     ): "the same rows, max_completion_length 2: loss_type dr_grpo 2.833, contract 4.25",
+    # the step (tests/trl/test_trl_step.py, GRPOTrainer's chain on one step's batch)
+    (
+        "step.update",
+        "uneven_shards",
+        "bnpo",
+    ): "scores 0, 0, 1 in one group, lengths 2, 1, 1, one sample per micro-batch, ratio 1: TRL's loss 0 (each micro-batch its own token mean over 3 accumulation steps), contract a/4 = 0.144 (a = 1/sqrt(3))",
+    (
+        "step.update",
+        "uneven_shards",
+        "entropy_bonus",
+    ): "the same batch, entropy_coef 0.01: d loss / d H on the 2-token micro-batch -0.01/6 per token, contract -0.01/4",
+    (
+        "step.update",
+        "actionless_sample",
+        "grpo_kl",
+    ): "scores 0, 1, 0 in one group, lengths 1, 1 and a completion whose token is masked, one micro-batch: TRL's loss 2/3 of the contract's (.mean() over 3 rows, 2 with an action token)",
+    (
+        "step.update",
+        "padding_nonfinite",
+    ): "a NaN log-prob at a tool token (the pinned hardening example of step.update): TRL's loss and gradient NaN; the contract ignores mask-0 positions",
+    (
+        "step.metrics",
+        "",
+        "entropy_bonus",
+    ): "scores 0, 1, lengths 2, 1, two micro-batches, entropy_coef 0.01: logged policy_loss 0.118, the step's 0.236 (half: the mean of two shares)",
+    (
+        "step.metrics",
+        "uneven_shards",
+    ): "entropies [1, 0] | [0] in two micro-batches: logged entropy (0.5 + 0) / 2 = 0.25, the step's token mean 1/3",
+    (
+        "step.metrics",
+        "padding_nonfinite",
+    ): "a NaN reference log-prob at a tool token under grpo_kl: every micro-batch's kl NaN, GRPOTrainer.log drops NaN values and logs None",
     ("agg.seq_mean_token_mean", "padding_nonfinite"): MASKED_NAN,
     ("agg.seq_mean_token_sum", "padding_nonfinite"): MASKED_NAN,
     ("agg.seq_mean_token_sum_norm", "padding_nonfinite"): MASKED_NAN,
@@ -75,6 +108,7 @@ INTRO = """## Adapter notes (TRL)
 - **What is called**: `GRPOTrainer._generate_and_score_completions` (advantages for every `scale_rewards` mode and both `multi_objective_aggregation`s with `reward_weights`, the vLLM importance-sampling ratio in all four `vllm_importance_sampling_mode`s, `num_items_in_batch`, the logged log-prob gap) and `GRPOTrainer._compute_loss` (the per-token loss of `loss_type` dapo / cispo, `importance_sampling_level='sequence'`, `delta`, the k3 KL term with and without `use_bias_correction_kl`, the normalisers of dapo / grpo / luspo / dr_grpo, and its returned scalar for `policy_loss_reduced`), plus the static `get_off_policy_mask`. The trainer shell (`adapters/trl/shell.py`) is a `GRPOTrainer` made with `object.__new__` from a real `GRPOConfig`; only `_get_per_token_logps_and_entropies` (returns the case's log-probs with their autograd graph), `_generate` (returns the case's completions) and `_calculate_rewards` (returns the case's scores) are replaced, on the instance. `accelerator` is a one-process stand-in whose `num_processes` is the case's data-parallel size. The per-token loss and KL are `_compute_loss`'s locals `per_token_loss` / `per_token_kl`, read when it returns (`sys.settrace`, nothing changed).
 - **Layout** (`adapters/trl/layout.py`): a canonical action mask is TRL's `completion_mask` (t < L_i) times a `tool_mask` (its holes); groups are reordered to be consecutive (TRL's `view(-1, num_generations)`) and back; per-completion values (advantages, the sequence IS ratio, the OPSM flag) go onto the sample's action tokens. `agg_loss` runs TRL's normalisers on a given per-token loss by making it TRL's clipped surrogate at ratio 1 (log-probs as their own old, per-token advantages -loss).
 - **Inexpressible inputs (counted, skipped per case)**: groups of different sizes or of one completion (`GRPOConfig` refuses num_generations < 2), an epsilon other than TRL's 1e-4, normalize_then_sum without std scaling, CISPO with a lower weight bound above 0, token-varying advantages for GSPO and OPSM, empty micro-batches, a global sequence count that is no whole number of micro-batches for grpo / luspo / dr_grpo (their only global denominator is gradient_accumulation_steps), an IS band TRL's config refuses (clip_min >= clip_max).
+- **The step** (`adapters/trl/step.py`, CONTRACT `step`): one optimizer step of `GRPOTrainer`: `_generate_and_score_completions` on the step's generation batch (advantages, `num_items_in_batch`, reference log-probs, old log-probs when the config keeps them), the batch split into `steps_per_generation` equal micro-batches with TRL's `split_tensor_dict`, `_compute_loss` per micro-batch and `loss.backward()` as `Trainer.training_step` does (`loss_is_scaled_for_ga = True`: no second division), the logged metrics averaged as `GRPOTrainer.log` does. Configs: `default` is `GRPOConfig()`; `grpo_kl` (loss_type grpo, beta 0.04, `use_bias_correction_kl=False`: the IS-weighted KL term has no step oracle), `bnpo`, `dr_grpo` (scale_rewards none), `entropy_bonus` (entropy_coef 0.01), `two_iterations` (num_iterations 2: old log-probs kept). Inexpressible step batches: groups of different sizes or of one, a completion of no token, micro-batches of different sizes.
 {profile}
 
 """
@@ -85,7 +119,7 @@ TAIL = """### Not bound (skipped) and why
 - `adv.rloo`: RLOO lives in a separate trainer (`RLOOTrainer`, leave-one-out baseline with the KL as a reward penalty); this adapter binds `GRPOTrainer`.
 - `kl.in_reward`, `kl.adaptive_controller`: GRPOTrainer puts the KL in the loss (`beta`), with a fixed coefficient; only `RLOOTrainer` subtracts a KL from the reward (summed per sequence).
 - `kl.straight_through`, and the k1 / abs / k2 estimators of `kl.estimators` / `kl.importance_weighted`: TRL's GRPO KL is k3 only (those cases skip).
-- `agg.token_sum`: no loss_type sums without a normaliser. `loss_type='bnpo'` (the micro-batch's local token mean) is not a contract mode: in one call it equals token-mean, which is bound to dapo (TRL's default), and it takes no global count; `sapo` and `vespo` have no clause.
+- `agg.token_sum`: no loss_type sums without a normaliser. `loss_type='bnpo'` (the micro-batch's local token mean) is not bound to an agg clause: in one call it equals token-mean, which is bound to dapo (TRL's default), and it takes no global count; the step runs it (config `bnpo`), where its local denominator shows. `sapo` and `vespo` have no clause.
 - `loss.gmpo`, `loss.dppo_tv`: no such loss type.
 - `loss.entropy_bonus`, `loss.total`: TRL subtracts `entropy_coef` times the masked mean entropy from the already aggregated scalar, and forms the KL from log-probs inside `_compute_loss`, so there is no per-token total and an arbitrary per-token KL cannot be passed. `top_entropy_quantile` (entropy masking, `get_high_entropy_mask`) has no clause.
 - `logprob.*`, `entropy.from_logits`: the log-probs and entropies come from the model's fused LM head (`add_fused_lm_head`, a patched forward over hidden states and the head's weight), not from logits; no function takes logits.
@@ -100,12 +134,15 @@ TAIL = """### Not bound (skipped) and why
 ### Contract questions raised
 
 - `adv.gdpo`: TRL normalises the summed components over completions ((x - mean) / (std + 1e-4)), as the GDPO paper's batch normalisation; the contract whitens over action tokens. Which one the contract means could be a profile key.
+- `step` (on-policy trainers): with `num_iterations=1` TRL never keeps the rollout's log-probs; `_compute_loss` uses the current ones, detached, as the old (ratio 1). The contract's step input names old log-probs; rlconform's trainer configs carry `on_policy` (the old log-probs are the current ones), under which the oracle and the batch use the current log-probs as old. The contract could say so.
+- `step.metrics`: TRL logs the mean entropy and KL of the action tokens (`entropy`, `kl`), not the entropy / KL terms as the loss aggregates them (verl's `actor/entropy_loss`); rlconform checks them as `entropy/mean` / `kl_loss/mean`.
 - `agg.seq_mean_*`: TRL's grpo / luspo / dr_grpo divide by every row of the micro-batch (per_device_train_batch_size), a fixed denominator like slime's; "which sequences count" could be a profile key.
 """
 
 
-def _key(clause_id: str, entry: Any) -> tuple[str, str]:
-    return (clause_id, entry.features[0] if entry.features else "")
+def _key(clause_id: str, entry: Any) -> tuple[str, ...]:
+    key = (clause_id, entry.features[0] if entry.features else "")
+    return key + (entry.configs[0],) if entry.configs else key
 
 
 def _cell(text: Any) -> str:
@@ -141,13 +178,15 @@ def render(report: dict[str, Any]) -> str:
                     for d in result.get("deviations") or []
                     if tuple(d.get("checks", ())) == entry.checks
                     and tuple(d.get("features", ())) == entry.features
+                    and tuple(d.get("declared_configs", ())) == entry.configs
                 ),
                 {},
             )
             observed = "observed" if seen.get("observed") else "NOT observed"
             out += (
                 f"| `{clause_id}` | {result.get('status', '-')} ({observed}) | {seen.get('severity') or '-'} | "
-                f"{', '.join(entry.checks)} | {', '.join(entry.features) or 'any case'} | "
+                f"{', '.join(entry.checks)} | {', '.join(entry.features) or 'any case'}"
+                f"{' under ' + ', '.join(entry.configs) if entry.configs else ''} | "
                 f"{_cell(entry.rationale)} | {_cell(MINIMAL.get(_key(clause_id, entry), ''))} |\n"
             )
     return out + "\n" + TAIL

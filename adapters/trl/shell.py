@@ -258,11 +258,17 @@ class Shell:
         rewards_per_func: torch.Tensor,
         sampling: Sequence[Sequence[float]] | None = None,
         old: torch.Tensor | None = None,
+        ref: torch.Tensor | None = None,
         reward_names: Sequence[str] = ("reward",),
+        trainer: Any = None,
     ) -> tuple[dict[str, Any], dict[str, list[float]]]:
         """Run the real ``_generate_and_score_completions`` on one generation batch of
-        completions with ``lengths`` tokens: (its output dict, its metrics)."""
-        trainer = self.trainer(args, reward_names=reward_names)
+        completions with ``lengths`` tokens: (its output dict, its metrics). The policy's
+        log-probs TRL computes there (old log-probs, when it keeps them) are ``old``, the
+        reference model's are ``ref``; ``trainer``: a shell to run it on (a fresh one when
+        None)."""
+        if trainer is None:
+            trainer = self.trainer(args, reward_names=reward_names)
         count = len(lengths)
         fields = {
             "prompt_ids": [[0] for _ in range(count)],
@@ -281,7 +287,8 @@ class Shell:
             return generated
 
         def per_token_logps(model: Any, input_ids: Any, mask: Any, keep: int, *a: Any, **k: Any):
-            values = old[:, :keep] if old is not None else torch.zeros(count, keep)
+            given = ref if model is self._reference and ref is not None else old
+            values = given[:, :keep] if given is not None else torch.zeros(count, keep)
             return (values, None, None) if self.bindings.logps_returns_aux else (values, None)
 
         def calculate_rewards(*a: Any, **k: Any) -> torch.Tensor:

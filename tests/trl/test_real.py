@@ -39,6 +39,8 @@ BASELINED = (
     "agg.seq_mean_token_mean",
     "agg.seq_mean_token_sum",
     "agg.seq_mean_token_sum_norm",
+    "step.update",
+    "step.metrics",
 )
 PASSING = (
     "adv.grpo",
