@@ -19,9 +19,12 @@ from rlconform.adapters.openrlhf.kl import KLBindings
 from rlconform.adapters.openrlhf.loss import LossBindings
 from rlconform.adapters.openrlhf.manifest import BINDINGS, PROFILE, load_deviations
 from rlconform.adapters.openrlhf.runtime import OpenRLHFRuntime, load_runtime
+from rlconform.adapters.openrlhf.step import StepOps
 
 
-class OpenRLHFTarget(KLBindings, AdvantageBindings, EntropyBindings, LossBindings, Target):
+class OpenRLHFTarget(
+    KLBindings, AdvantageBindings, EntropyBindings, LossBindings, StepOps, Target
+):
     """OpenRLHF, bound operation by operation."""
 
     name = "openrlhf"
