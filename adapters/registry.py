@@ -46,13 +46,22 @@ def load_target(spec: str, **options: Any) -> Target:
     except AttributeError as exc:
         raise SetupError(f"module {module_name!r} has no attribute {attribute!r}") from exc
     if isinstance(obj, Target):
-        return obj
+        return _remember(obj, spec, options)
     if callable(obj):
         target = _call_with_supported(obj, options)
         if not isinstance(target, Target):
             raise SetupError(f"{path} returned {type(target).__name__}, not an rlconform Target")
-        return target
+        return _remember(target, spec, options)
     raise SetupError(f"{path} is neither a Target nor a factory of one")
+
+
+def _remember(target: Target, spec: str, options: dict[str, Any]) -> Target:
+    """Keep how the target was loaded (the spec and the framework path the user passed), so
+    that a report's reproducer loads the same target again."""
+    target.__dict__.setdefault("load_spec", spec)
+    if options.get("framework_path"):
+        target.__dict__.setdefault("load_framework_path", str(options["framework_path"]))
+    return target
 
 
 def _call_with_supported(factory: Any, options: dict[str, Any]) -> Any:

@@ -117,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="unpickle a file that needs more than weights_only loading (runs its code)",
     )
 
+    replay = sub.add_parser(
+        "replay", help="re-run the minimal case a JSON report holds for one clause"
+    )
+    replay.add_argument("report", metavar="REPORT.json")
+    replay.add_argument("clause", metavar="CLAUSE")
+    replay.add_argument("--device", default="cpu")
     clauses = sub.add_parser("clauses", help="list the contract clauses")
     clauses.add_argument("--json", action="store_true", help="print JSON instead of a table")
     fixtures = sub.add_parser("fixtures", help="golden fixture cases")
@@ -390,8 +396,24 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Print the call that replays the clause's minimal case, run it: exit 1 while it still
+    fails, 0 once it passes."""
+    from rlconform.conformance.repro import replay_report
+
+    _check_device(args.device)
+    call, failure = replay_report(args.report, args.clause, device=args.device)
+    print(call)
+    if failure is None:
+        print(f"{args.clause}: the case passes now")
+        return 0
+    print(f"{args.clause}: still fails: {failure}")
+    return 1
+
+
 COMMANDS = {
     "certify": cmd_certify,
+    "replay": cmd_replay,
     "audit": cmd_audit,
     "clauses": cmd_clauses,
     "fixtures": cmd_fixtures,

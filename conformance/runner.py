@@ -132,11 +132,19 @@ def case_domain(clause: Clause, case: Any) -> str:
     return feats.domain_of_features(clause.features(case))
 
 
-def reproducer(clause_id: str, target_name: str, case: Any) -> str:
-    """A copy-pasteable snippet that replays the (shrunk) counterexample."""
+def reproducer(clause_id: str, target: Any, case: Any) -> str:
+    """A copy-pasteable snippet that replays the (shrunk) counterexample: the target by the
+    spec it was loaded with (``module:attribute`` as the user passed it), and its framework
+    path."""
+    if isinstance(target, str):
+        spec, path = target, None
+    else:
+        spec = getattr(target, "load_spec", None) or target.name
+        path = getattr(target, "load_framework_path", None)
+    extra = f", framework_path={path!r}" if path else ""
     return (
         "from rlconform.conformance.repro import replay\n"
-        f"replay({clause_id!r}, {target_name!r}, case={to_literal(case)})"
+        f"replay({clause_id!r}, {spec!r}, case={to_literal(case)}{extra})"
     )
 
 
@@ -502,7 +510,7 @@ def _counterexample(clause: Clause, target: Target, failure: _Failure) -> dict[s
     data = {key: to_jsonable(value) for key, value in failure.detail.items()}
     if failure.case is not None:
         data["case"] = to_jsonable(failure.case)
-        data["reproducer"] = reproducer(clause.id, target.name, failure.case)
+        data["reproducer"] = reproducer(clause.id, target, failure.case)
     return data or None
 
 
@@ -573,7 +581,7 @@ def _result(
             message + skipped,
             {
                 "case": to_jsonable(best.case),
-                "reproducer": reproducer(clause.id, target.name, best.case),
+                "reproducer": reproducer(clause.id, target, best.case),
             }
             if best.case is not None
             else None,
@@ -697,6 +705,10 @@ def certify(
             if on_result is not None:
                 on_result(result)
         header = target.describe()
+        # how to load the target again (rlconform replay REPORT.json CLAUSE)
+        header.setdefault("spec", getattr(target, "load_spec", None) or target.name)
+        if getattr(target, "load_framework_path", None):
+            header["spec_framework_path"] = target.load_framework_path
         header["profile"] = run_profile.name
         report = RunReport(target=header, clauses=results, bindings=binding_rows(target, results))
         report.configs = {c.name: c.as_json() for c in configs}
