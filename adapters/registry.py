@@ -23,8 +23,14 @@ def check_spec(spec: str) -> str:
     registered adapter nor ``module:attribute`` (nothing is imported)."""
     path = BUILTIN_TARGETS.get(spec, spec)
     if ":" not in path:
+        import difflib
+
         known = ", ".join(sorted(BUILTIN_TARGETS))
-        raise SetupError(f"unknown target {spec!r}: use one of {known} or module:attribute")
+        close = difflib.get_close_matches(spec, sorted(BUILTIN_TARGETS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise SetupError(
+            f"unknown target {spec!r}{hint}: use one of {known} or module:attribute"
+        )
     return path
 
 
@@ -37,6 +43,8 @@ def load_target(spec: str, **options: Any) -> Target:
     """
     path = check_spec(spec)
     module_name, _, attribute = path.partition(":")
+    if spec not in BUILTIN_TARGETS:
+        _cwd_importable()
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -53,6 +61,17 @@ def load_target(spec: str, **options: Any) -> Target:
             raise SetupError(f"{path} returned {type(target).__name__}, not an rlconform Target")
         return _remember(target, spec, options)
     raise SetupError(f"{path} is neither a Target nor a factory of one")
+
+
+def _cwd_importable() -> None:
+    """A ``module:attribute`` target is importable from the current directory, as a test
+    module is for pytest (the console script does not put it on ``sys.path``)."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def _remember(target: Target, spec: str, options: dict[str, Any]) -> Target:

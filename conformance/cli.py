@@ -22,8 +22,18 @@ class _Parser(argparse.ArgumentParser):
         raise SetupError(f"{self.prog}: {message}")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rlconform")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rlconform", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"rlconform {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     certify = sub.add_parser("certify", help="certify a target clause by clause")
@@ -189,7 +199,10 @@ def cmd_certify(args: argparse.Namespace) -> int:
         target.deviations = baseline.merged(target.deviations, entries)
     clauses = select(args.only)
     if not clauses:
-        raise SetupError(f"--only {args.only!r} matches no clause (see 'rlconform clauses')")
+        raise SetupError(
+            f"--only {args.only!r} matches no clause{_clause_hint(args.only)} "
+            "(see 'rlconform clauses')"
+        )
     required = _required(args.require, clauses)
     reporter = ConsoleReporter(total=len(clauses))
     reporter.header(target.describe(), run_profile.name, args.device)
@@ -218,6 +231,18 @@ def cmd_certify(args: argparse.Namespace) -> int:
     if args.markdown_path:
         markdown.write(report, args.markdown_path)
     return report.exit_code
+
+
+def _clause_hint(pattern: str) -> str:
+    """' (did you mean 'adv.grpo'?)' for a misspelt clause id, else ''."""
+    import difflib
+
+    from rlconform.conformance.registry import load_all
+
+    ids = sorted(load_all())
+    words = [p.strip() for p in str(pattern).split(",") if p.strip()]
+    close = [m for w in words for m in difflib.get_close_matches(w, ids, n=1)]
+    return f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
 
 
 def _required(values: list[str], clauses: list) -> set[str]:

@@ -70,7 +70,7 @@ class SlimeFilterOps:
         self, samples: list[dict[str, Any]], config: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         cfg = dict(config or {})
-        _supported_filter_config(cfg)
+        _supported_filter_config(cfg, samples)
         groups = _prompt_groups(samples)
         reward_key = _reward_key(samples, self.profile.get("reward_key", "score"))
         converted = [self._filter_sample(s, i, reward_key) for i, s in enumerate(samples)]
@@ -130,14 +130,31 @@ class SlimeFilterOps:
         return converted
 
 
-def _supported_filter_config(cfg: dict[str, Any]) -> None:
+def _supported_filter_config(cfg: dict[str, Any], samples: list[dict[str, Any]]) -> None:
     """Raise Unsupported for the first filter mode the config asks for that slime's rollout
-    does not have (one reason per mode, so the report's skip counts stay readable)."""
+    does not have and that would act on these samples (a mode with nothing to drop here
+    is vacuous: slime's output is then the same as with the mode; one reason per mode, so
+    the report's skip counts stay readable)."""
+    lengths = [len(s["response_ids"]) for s in samples]
+    seen: set[tuple[Any, tuple[Any, ...]]] = set()
+    duplicates = False
+    for sample in samples:
+        key = (sample["group"], tuple(sample["response_ids"]))
+        duplicates = duplicates or key in seen
+        seen.add(key)
+    low, high = cfg.get("min_response_length"), cfg.get("max_response_length")
     lacking = (
-        (cfg.get("drop_duplicates", True), "duplicate removal (drop_duplicates, on by default)"),
-        (cfg.get("truncation_policy", "keep") == "drop", "dropping of truncated samples"),
-        (cfg.get("min_response_length") is not None, "minimum response length"),
-        (cfg.get("max_response_length") is not None, "maximum response length"),
+        (
+            cfg.get("drop_duplicates", True) and duplicates,
+            "duplicate removal (drop_duplicates, on by default)",
+        ),
+        (
+            cfg.get("truncation_policy", "keep") == "drop"
+            and any(s["status"] == "truncated" for s in samples),
+            "dropping of truncated samples",
+        ),
+        (low is not None and any(n < low for n in lengths), "minimum response length"),
+        (high is not None and any(n > high for n in lengths), "maximum response length"),
         (cfg.get("reward_outlier_z") is not None, "reward outlier removal"),
     )
     for asked, mode in lacking:

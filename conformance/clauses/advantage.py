@@ -1429,6 +1429,32 @@ _INVARIANT_EXAMPLES = (
             _full_sample("x1", "gx", [0, 1], [7.5, -1.0]),
         ],
     },
+    # edge: every response empty (a batch of aborted samples), one padding column: each
+    # estimator's statistics see no token at all (a 0 / 0 must not reach the padding)
+    {
+        "samples": [
+            _full_sample("s0", "g0", [], []),
+            _full_sample("s1", "g0", [], []),
+            _full_sample("s2", "g1", [], []),
+            _full_sample("s3", "g1", [], []),
+        ],
+        "pad_value": 0.0,
+        "extra_pad": 1,
+        "params": {
+            "gamma": 1.0,
+            "lam": 1.0,
+            "bootstrap": False,
+            "norm_by_std": False,
+            "f_norm": 1.0,
+            "is_weights": False,
+            "weights": [1.0],
+        },
+        "permutation": [0, 1, 2, 3],
+        "extra_group": [
+            _full_sample("x0", "gx", [], []),
+            _full_sample("x1", "gx", [], []),
+        ],
+    },
 )
 
 
