@@ -455,8 +455,14 @@ def dppo_tv_grad(
 # loss.value_clip ------------------------------------------------------------------------
 
 
-def _value_token(v: float, ret: float, v_old: float, clip: float) -> tuple[float, float, bool]:
-    """((v - R)^2, (v_clip - R)^2, clipped term strictly larger)."""
+def _value_token(
+    v: float, ret: float, v_old: float, clip: float | None
+) -> tuple[float, float, bool]:
+    """((v - R)^2, (v_clip - R)^2, clipped term strictly larger); ``clip`` None: no value
+    clipping (v_clip = v)."""
+    if clip is None:
+        plain = (v - ret) ** 2
+        return plain, plain, False
     v_clip = _clamp(v, v_old - clip, v_old + clip)
     plain, clipped = (v - ret) ** 2, (v_clip - ret) ** 2
     return plain, clipped, clipped > plain
@@ -468,11 +474,11 @@ def value_clip_loss(
     values: list[float],
     mask: list[int],
     *,
-    clip: float,
+    clip: float | None,
     scale: float = 0.5,
     uid: object = None,
 ) -> tuple[list[float], list[bool]]:
-    """loss.value_clip: v_clip = clamp(v, v_old - c, v_old + c);
+    """loss.value_clip: v_clip = clamp(v, v_old - c, v_old + c) (c None: v_clip = v);
     l = scale * max((v - R)^2, (v_clip - R)^2) (scale: profile ``value_loss_scale``, 0.5);
     clipped = (v_clip - R)^2 > (v - R)^2 strictly."""
     _sample_length("loss.value_clip", uid, vpreds=vpreds, returns=returns, values=values, mask=mask)

@@ -57,7 +57,10 @@ STEP_SETTINGS: dict[str, Any] = {
     "loss_agg_mode": "token-mean",
     "norm_length": None,  # seq-mean-token-sum-norm's constant length
     "critic": False,
-    "cliprange_value": 0.5,
+    "cliprange_value": 0.5,  # None: the value loss is not clipped
+    # gae / reinforce_pp: False leaves the advantages unwhitened (A = returns - V for GAE,
+    # the returns for REINFORCE++), as ROLL's whiten_advantages=False
+    "whiten_advantages": True,
     "value_loss_scale": 0.5,
     "micro_batch_size": 2,
     "dp_size": 1,
@@ -84,7 +87,27 @@ def resolve(settings: Mapping[str, Any]) -> dict[str, Any]:
         raise ContractError(CLAUSE, f"policy loss {resolved['policy_loss']!r} has no step oracle")
     if resolved["estimator"] == "gae" and not resolved["critic"]:
         raise ContractError(CLAUSE, "estimator gae needs a critic (critic = true)")
+    if not resolved["whiten_advantages"] and resolved["estimator"] not in ("gae", "reinforce_pp"):
+        raise ContractError(
+            CLAUSE, f"whiten_advantages = false has no step oracle for {resolved['estimator']}"
+        )
     return resolved
+
+
+def unwhitened(
+    estimator: str,
+    returns: list[list[float]],
+    samples: Sequence[Mapping[str, Any]],
+) -> list[list[float]]:
+    """The advantages before the batch whitening (adv.gae: returns - V on action tokens;
+    adv.reinforce_pp: the returns), 0 at every other position."""
+    rows = []
+    for s, ret in zip(samples, returns):
+        if estimator == "gae":
+            rows.append([r - v if m else 0.0 for r, v, m in zip(ret, s["values"], s["mask"])])
+        else:
+            rows.append([r if m else 0.0 for r, m in zip(ret, s["mask"])])
+    return rows
 
 
 def as_run(samples: Sequence[Mapping[str, Any]], cfg: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -154,14 +177,15 @@ def advantages(
             rewards, masks, groups, singleton=choices.get("rloo_singleton", "score"), uids=uids
         )
     if name == "reinforce_pp":
-        return adv_oracle.reinforce_pp(
+        adv, ret = adv_oracle.reinforce_pp(
             rewards, masks, gamma=cfg["gamma"], whiten_degenerate=degenerate, uids=uids
         )
+        return (adv if cfg["whiten_advantages"] else unwhitened(name, ret, samples)), ret
     if name == "reinforce_pp_baseline":
         return adv_oracle.reinforce_pp_baseline(
             rewards, masks, groups, whiten_degenerate=degenerate, uids=uids
         )
-    return adv_oracle.gae(
+    adv, ret = adv_oracle.gae(
         rewards,
         [s["values"] for s in samples],
         masks,
@@ -172,6 +196,7 @@ def advantages(
         whiten_degenerate=degenerate,
         uids=uids,
     )
+    return (adv if cfg["whiten_advantages"] else unwhitened(name, ret, samples)), ret
 
 
 def _agg(rows, masks, cfg) -> float:

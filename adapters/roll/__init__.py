@@ -28,6 +28,7 @@ from rlconform.adapters.roll.offpolicy import OffpolicyBindings
 from rlconform.adapters.roll.reward import RewardBindings
 from rlconform.adapters.roll.runtime import RollRuntime, load_runtime
 from rlconform.adapters.roll.source import RollSources
+from rlconform.adapters.roll.step import StepOps
 
 
 class RollTarget(
@@ -41,6 +42,7 @@ class RollTarget(
     AggregateBindings,
     BatchBindings,
     MetricsBindings,
+    StepOps,
     Target,
 ):
     """ROLL, bound operation by operation."""

@@ -113,4 +113,19 @@ BINDINGS: dict[str, dict[str, object]] = {
     "seqlen_workload": _b("both pipelines (batch_balance)", QUALNAMES["balance_workload"]),
     "seqlen_partitions": _b("both pipelines (batch_balance)", F + "get_seqlen_balanced_partitions"),
     "reduce_metrics": _b("both pipelines", F + "reduce_metrics"),
+    "train_step": _b(
+        "rlvr pipeline (RLVRPipeline.run: get_sample_level_mask, reward_postprocess, "
+        "compute_token_reward, compute_advantage, then the critic's and the actor's "
+        "train_step; the fsdp2 strategy's micro-batch loop with loss_scale transcribed)",
+        F + "get_sample_level_mask",
+        F + "reward_postprocess",
+        F + "compute_token_reward",
+        F + "compute_advantage",
+        "roll.utils.train_infer_corrections.apply_train_infer_correction_to_batch",
+        "roll.utils.kl_controller.get_kl_controller",
+        *STRATEGY_COUNTS,
+        QUALNAMES["rlvr_actor_loss"],
+        QUALNAMES["old_log_probs"],
+        QUALNAMES["critic_loss"],
+    ),
 }

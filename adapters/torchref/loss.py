@@ -187,12 +187,16 @@ class LossOps:
         values: torch.Tensor,
         response_mask: torch.Tensor,
         *,
-        cliprange_value: float,
+        cliprange_value: float | None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """loss.value_clip: scale * max((v - R)^2, (clamp(v, v_old -+ c) - R)^2)."""
+        """loss.value_clip: scale * max((v - R)^2, (clamp(v, v_old -+ c) - R)^2); c None:
+        unclipped."""
         action = response_mask.bool()
         v, ret, v_old = _on_actions(action, vpreds, returns, values)
-        v_clip = torch.clamp(v, v_old - cliprange_value, v_old + cliprange_value)
+        if cliprange_value is None:
+            v_clip = v
+        else:
+            v_clip = torch.clamp(v, v_old - cliprange_value, v_old + cliprange_value)
         plain, clipped = (v - ret) ** 2, (v_clip - ret) ** 2
         scale = self.profile.get("value_loss_scale", 0.5)
         loss = torch.where(action, scale * torch.maximum(plain, clipped), torch.zeros_like(v))

@@ -56,6 +56,17 @@ TORCHREF_CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
         "reinforce_pp_baseline_token_sum",
         {"estimator": "reinforce_pp_baseline", "loss_agg_mode": "seq-mean-token-sum"},
     ),
+    (
+        "gae_unwhitened_unclipped",
+        {
+            "estimator": "gae",
+            "critic": True,
+            "lam": 0.95,
+            "whiten_advantages": False,
+            "cliprange_value": None,
+            "loss_agg_mode": "seq-mean-token-mean",
+        },
+    ),
 )
 
 
@@ -88,10 +99,14 @@ class StepOps:
         if name == "rloo":
             return self.advantage_rloo(rewards, mask, batch.index)
         if name == "reinforce_pp":
-            return self.advantage_reinforce_pp(rewards, mask, cfg["gamma"])
+            adv, ret = self.advantage_reinforce_pp(rewards, mask, cfg["gamma"])
+            return (adv if cfg["whiten_advantages"] else torch.where(mask.bool(), ret, 0.0)), ret
         if name == "reinforce_pp_baseline":
             return self.advantage_reinforce_pp_baseline(rewards, mask, batch.index)
-        return self.advantage_gae(rewards, batch.values, mask, cfg["gamma"], cfg["lam"])
+        adv, ret = self.advantage_gae(rewards, batch.values, mask, cfg["gamma"], cfg["lam"])
+        if not cfg["whiten_advantages"]:  # A = returns - V before the batch whitening
+            adv = torch.where(mask.bool(), ret - batch.values, 0.0)
+        return adv, ret
 
     def train_step(
         self, batch: StepBatch, config: TrainerConfig, state: dict[str, Any] | None = None

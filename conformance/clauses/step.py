@@ -151,7 +151,8 @@ def step_case(draw: Any) -> dict[str, Any]:
 
     Half the batches are laid out as GRPO-style trainers build them (k prompts with g
     responses each, contiguous, every response at least one token, split into micro-batches
-    of one size: TRL can express no other), the rest with any grouping, length and split."""
+    of one size, half of them without tool tokens: TRL and ROLL's RLVR pipeline can express
+    no other), the rest with any grouping, length and split."""
     regular = draw(st.booleans())
     if regular:
         size = draw(st.integers(2, 3))
@@ -161,10 +162,12 @@ def step_case(draw: Any) -> dict[str, Any]:
         n = draw(st.integers(cs.fewest_samples(1), 6))
         groups = draw(cs.group_labels(n))
     scores = draw(cs.rewards(n, groups))
+    # a regular batch is single-turn half of the time (no tool tokens: RLVR pipelines)
+    holes = not regular or draw(st.booleans())
     samples = []
     for i in range(n):
         length = draw(cs.lengths(5, 1 if regular else 0))
-        mask = draw(cs.loss_mask(length))
+        mask = draw(cs.loss_mask(length, holes=holes))
         sample: dict[str, Any] = {
             "uid": f"s{i}",
             "group": groups[i],
@@ -477,7 +480,8 @@ def _nudged(cfg: dict[str, Any]) -> Iterator[dict[str, Any]]:
         nudged["clip_high"] = cfg["clip_high"] + step
         if cfg["clip_ratio_c"] is not None:
             nudged["clip_ratio_c"] = cfg["clip_ratio_c"] + step
-        nudged["cliprange_value"] = cfg["cliprange_value"] + step
+        if cfg["cliprange_value"] is not None:
+            nudged["cliprange_value"] = cfg["cliprange_value"] + step
         yield nudged
 
 
@@ -573,9 +577,16 @@ def check_update_under(ctx: Any, case: dict[str, Any], config: TrainerConfig) ->
         rewards = got
     spec = ESTIMATORS[f"adv.{cfg['estimator']}"]
     expected = spec.expect(ctx, _adv_case(case, rewards, cfg))
-    advantages, returns = expected.advantages, expected.returns
+    want_adv, adv_scale = expected.advantages, expected.advantage_scale
+    if not cfg["whiten_advantages"]:  # the config leaves the advantages unwhitened
+        want_adv = oracle.unwhitened(cfg["estimator"], expected.returns, samples)
+        adv_scale = [
+            [r + (abs(v) if cfg["estimator"] == "gae" else 0.0) for r, v in zip(rs, s["values"])]
+            for rs, s in zip(expected.return_scale, samples)
+        ]
+    advantages, returns = want_adv, expected.returns
     for stage, want, scale in (
-        ("advantages", expected.advantages, expected.advantage_scale),
+        ("advantages", want_adv, adv_scale),
         ("returns", expected.returns, expected.return_scale),
     ):
         got = _rows_of(output, stage, case)
