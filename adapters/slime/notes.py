@@ -14,7 +14,7 @@ from rlconform.adapters.slime.manifest import SLIME_PROFILE, deviations
 
 INTRO = """## Adapter notes (slime)
 
-- **Certified source**: THUDM/slime commit `624b824a898ab0ec1fcb4d373004c7f3852bf515` (2026-08-21, "[NFC] Add observability subfolder (#2298)"; `setup.py` version 0.3.1), run on CPU (torch 2.13, float32) with `rlconform certify slime --framework-path <checkout> --json ... --markdown ...`. The reproducers above need the same checkout: `replay(clause, load(framework_path=<checkout>), case=...)` with `from rlconform.adapters.slime import load`.
+- **Certified source**: THUDM/slime commit `624b824a898ab0ec1fcb4d373004c7f3852bf515` (2026-08-21, "[NFC] Add observability subfolder (#2298)"; `setup.py` version 0.3.1), run on CPU (torch 2.13, float32) with `rlconform certify slime --framework-path <checkout> --json ... --markdown ...`. The reproducers above name the checkout (`replay(clause, 'slime', case=..., framework_path=...)`); `rlconform replay REPORT.json CLAUSE` re-runs one.
 - **What is called**: the table "Bindings" above, generated from `adapters/slime/__init__.py` (`BINDINGS`): slime's own functions on the call sites its trainer uses, with the arguments it passes. The adapter only converts layouts (`adapters/slime/layout.py`) and builds the `args` namespaces the trainer would hold.
 - **Baseline**: `adapters/slime/baselines/slime-624b824.toml` declares every break observed on this commit, scoped by check and feature (no entry covers a whole clause), so `rlconform certify slime` exits 0 on it and a fork's CI fails only on a new break (or a fixed one: a stale entry fails).
 - **torch.compile**: `compute_approx_kl`, `compute_policy_loss`, `compute_cispo_loss` are called uncompiled (`__wrapped__`): compiled, every new Python scalar (each drawn `eps_clip`, each `kl_loss_type`) recompiles for seconds and dynamo falls back to eager after 8 recompiles. `RLCONFORM_SLIME_COMPILED=1` calls the compiled functions.
@@ -37,7 +37,7 @@ TAIL = """### Not bound (skipped) and why
 
 ### Known gaps of this run (engine side, reported)
 
-- `purity.*` are skipped: every purity case also probes `filter_samples` with a config that drops truncated samples and has a minimum length, which slime's dynamic sampling lacks (`Unsupported`), and one unsupported probe skips the whole case, so the purity of the other slime operations is not checked in this run.
+- `step.*` are skipped (no step binding): slime's `loss_function` takes the model's logits and derives log-probs and entropies itself (`get_log_probs_and_entropy`), while the step harness hands a trainer leaf log-probs and entropies; binding it needs logits as the leaves (CONTRACT step allows them), which the harness does not build yet.
 - `batch.seqlen_balance`: the declared `workload` deviation ends each case (the check raises outside a `ctx.check` block), so `partition` and `balance` never run on slime. By hand: `get_seqlen_balanced_partitions` (Karmarkar-Karp) on the FLOPs workloads of lengths [2, 2, 2, 3, 3], k = 2, returns [[0, 1, 3], [2, 4]], max 5.43e10 FLOPs, where the input order's contiguous parts give 4.66e10: balancing makes an already optimal order worse (verl's workload gives the same partitions, 172,049 vs 147,474).
 - `loss.total`, `loss.entropy_bonus` and the optional `policy_loss_reduced` check of the loss clauses are not bound (see above: `policy_loss_function` takes logits, not per-token log-probs or entropies).
 

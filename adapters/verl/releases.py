@@ -433,6 +433,20 @@ RELEASE_0_7 = Release(
         "place_reward_last": _binding(
             [f"{_AGENT}.AgentLoopWorker._postprocess"], f"{V0} (agent loop, streaming reward)"
         ),
+        "train_step": _binding(
+            [
+                f"{_AGENT}.AgentLoopWorker._postprocess",
+                f"{_RT}.apply_kl_penalty",
+                f"{_CORE}.get_kl_controller",
+                f"{_RT}.compute_advantage",
+                "verl.workers.critic.dp_critic.DataParallelPPOCritic.update_critic",
+                f"{_DP_ACTOR}.update_policy",
+                "verl.utils.metric.reduce_metrics",
+            ],
+            f"{_LEGACY} (fit: apply_kl_penalty, compute_advantage, update_critic, "
+            "update_actor; the worker made without its constructor, the model's forward the "
+            "batch's leaves)",
+        ),
     },
     baseline="verl-0.7.1.toml",
     profile_name="verl-0.7.1",

@@ -4,6 +4,7 @@ one release line (``releases.py``) and one choice of trainer settings."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rlconform.adapters.base import Target
 from rlconform.adapters.verl.actor import ActorLossOps
@@ -21,6 +22,7 @@ from rlconform.adapters.verl.releases import DEFAULTS, Release, Settings
 from rlconform.adapters.verl.reward import RewardOps
 from rlconform.adapters.verl.source import VerlSource
 from rlconform.adapters.verl.step import StepOps
+from rlconform.adapters.verl.step_v0 import V0StepOps
 
 BASELINES = Path(__file__).parent / "baselines"
 
@@ -44,7 +46,7 @@ class VerlTarget(
     AggregateOps,
     BatchOps,
     MetricsOps,
-    StepOps,
+    V0StepOps,
     Target,
 ):
     """verl's own postprocess functions behind the canonical padded layout."""
@@ -70,6 +72,25 @@ class VerlTarget(
         path = baseline_path(release, settings)
         self.baseline_file = path if path.is_file() else None
         self.deviations = baseline.load(path) if self.baseline_file else {}
+
+    # the step: the v1 trainer (0.9) or RayPPOTrainer with the legacy workers (0.7)
+    @property
+    def _v0_step(self) -> bool:
+        return self.release.line == "0.7"
+
+    @property
+    def step_metric_names(self) -> dict[str, Any]:  # type: ignore[override]
+        return V0StepOps.step_metric_names if self._v0_step else StepOps.step_metric_names
+
+    def trainer_configs(self) -> list[Any]:
+        if self._v0_step:
+            return V0StepOps.trainer_configs(self)
+        return StepOps.trainer_configs(self)
+
+    def train_step(self, batch: Any, config: Any, state: Any = None) -> Any:
+        if self._v0_step:
+            return V0StepOps.train_step(self, batch, config, state)
+        return StepOps.train_step(self, batch, config, state)
 
     def implements(self, op: str) -> bool:
         """An operation runs only where the release's table binds it to a verl function."""

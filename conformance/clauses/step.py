@@ -62,6 +62,7 @@ STEP_FEATURES = (
     "extreme_log_ratio",
     "padding_nonfinite",
     "overflow",
+    "zero_width",
 )
 UPDATE_CHECKS = (
     "token_rewards",
