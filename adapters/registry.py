@@ -28,9 +28,7 @@ def check_spec(spec: str) -> str:
         known = ", ".join(sorted(BUILTIN_TARGETS))
         close = difflib.get_close_matches(spec, sorted(BUILTIN_TARGETS), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise SetupError(
-            f"unknown target {spec!r}{hint}: use one of {known} or module:attribute"
-        )
+        raise SetupError(f"unknown target {spec!r}{hint}: use one of {known} or module:attribute")
     return path
 
 

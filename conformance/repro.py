@@ -43,7 +43,9 @@ def report_case(report: dict[str, Any], clause_id: str) -> tuple[Any, str]:
         return from_jsonable(counter["case"]), "counterexample"
     for entry in clause.get("deviations") or []:
         if entry.get("observed") and entry.get("case") is not None:
-            return from_jsonable(entry["case"]), "declared deviation: " + str(entry.get("rationale", ""))[:80]
+            return from_jsonable(entry["case"]), "declared deviation: " + str(
+                entry.get("rationale", "")
+            )[:80]
     raise SetupError(
         f"{clause_id} is {clause.get('status')!r} in the report, with no minimal case to replay"
     )

@@ -22,9 +22,7 @@ from rlconform.adapters.openrlhf.runtime import OpenRLHFRuntime, load_runtime
 from rlconform.adapters.openrlhf.step import StepOps
 
 
-class OpenRLHFTarget(
-    KLBindings, AdvantageBindings, EntropyBindings, LossBindings, StepOps, Target
-):
+class OpenRLHFTarget(KLBindings, AdvantageBindings, EntropyBindings, LossBindings, StepOps, Target):
     """OpenRLHF, bound operation by operation."""
 
     name = "openrlhf"

@@ -106,7 +106,9 @@ def _parser_source(root: Path) -> list[ast.stmt]:
     """The statements of ``train_ppo_ray.py``'s ``__main__`` block that build its parser."""
     path = root / "openrlhf" / "cli" / "train_ppo_ray.py"
     if not path.is_file():
-        raise SetupError(f"OpenRLHF's trainer entry point {path} is missing: cannot read its defaults")
+        raise SetupError(
+            f"OpenRLHF's trainer entry point {path} is missing: cannot read its defaults"
+        )
     tree = ast.parse(path.read_text())
     for node in tree.body:
         if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
@@ -367,8 +369,12 @@ class StepOps:
                     attention_mask=torch.ones((len(indices), 1), dtype=torch.long),
                     action_mask=mask.index_select(0, index),
                     action_log_probs=old.index_select(0, index),
-                    base_action_log_probs=ref.index_select(0, index) if args.algo.kl.use_loss else None,
-                    values=batch.values.detach().index_select(0, index) if batch.values is not None else None,
+                    base_action_log_probs=ref.index_select(0, index)
+                    if args.algo.kl.use_loss
+                    else None,
+                    values=batch.values.detach().index_select(0, index)
+                    if batch.values is not None
+                    else None,
                     advantages=advantages.index_select(0, index),
                     returns=returns.index_select(0, index),
                     index=[positions[i] for i in indices],
@@ -383,7 +389,9 @@ class StepOps:
         metrics: dict[str, float] = {}
         value_loss = None
         if config.resolved["critic"]:
-            critic = _trainer(strategy, args, critic_loss_fn=rt.loss.ValueLoss(args.critic.value_clip))
+            critic = _trainer(
+                strategy, args, critic_loss_fn=rt.loss.ValueLoss(args.critic.value_clip)
+            )
             value_loss, critic_status = self._ppo_train(
                 critic_step, critic, micro, batch, {"out": batch.vpreds}, critic=True
             )

@@ -322,9 +322,9 @@ class StepOps:
         if cfg.adv_estimator != "grpo":
             # grpo normalises the scores in reward_postprocess, before they become token
             # rewards: ROLL's token rewards are then not the contract's stage
-            stages["token_rewards"] = layout.tokens_from_roll(
-                data.batch["token_level_rewards"]
-            )[inverse]
+            stages["token_rewards"] = layout.tokens_from_roll(data.batch["token_level_rewards"])[
+                inverse
+            ]
         return StepOutput(
             loss=loss,
             value_loss=value_loss,
@@ -389,7 +389,9 @@ class StepOps:
             part.non_tensor_batch["sample_uuid"] = _uuids(rows)
             # the model's outputs for this micro-batch (a fresh graph to the leaves each time)
             if "values" in leaves:
-                grid = layout.tokens_to_roll(leaves["values"][perm], fill=0.0).index_select(0, index)
+                grid = layout.tokens_to_roll(leaves["values"][perm], fill=0.0).index_select(
+                    0, index
+                )
                 output = torch.cat([grid, torch.zeros_like(grid[:, :1])], dim=-1).unsqueeze(-1)
             else:
                 log_probs = layout.tokens_to_roll(leaves["log_probs"][perm], fill=0.0)

@@ -167,8 +167,7 @@ class StepOps:
             raise Inexpressible("TRL scores a generation batch of at least one group")
         if min(lengths) == 0:
             raise Inexpressible(
-                "a completion of no token: TRL's generator returns at least the token it "
-                "stopped on"
+                "a completion of no token: TRL's generator returns at least the token it stopped on"
             )
         sizes = {len(mb) for mb in batch.micro_batches}
         if len(sizes) != 1:
@@ -198,9 +197,7 @@ class StepOps:
         width = batch.response_mask.shape[1]
         longest = max(lengths)
         perm = torch.tensor(order, dtype=torch.long)
-        tool = [
-            [int(x) for x in batch.loss_mask[i, : lengths[i]].tolist()] for i in range(rows)
-        ]
+        tool = [[int(x) for x in batch.loss_mask[i, : lengths[i]].tolist()] for i in range(rows)]
         scored, _ = self.shell.generate_and_score(
             args,
             lengths=[lengths[i] for i in order],

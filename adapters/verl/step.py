@@ -310,7 +310,6 @@ class StepOps:
     def train_step(self, batch: StepBatch, config: TrainerConfig, state: Any = None) -> StepOutput:
         """step.update: one step of the v1 trainer on ``batch`` (module docstring)."""
         from verl import DataProto
-        from verl.trainer.ppo import core_algos
 
         rows = len(batch.uids)
         if rows == 0:
@@ -323,13 +322,7 @@ class StepOps:
         algo = verl_config.algorithm
         width = batch.response_mask.shape[1]
         lengths = _lengths(batch.response_mask)
-        controller = (
-            state
-            if isinstance(state, core_algos.FixedKLController | core_algos.AdaptiveKLController)
-            else None
-        )
-        if algo.use_kl_in_reward and controller is None:
-            controller = core_algos.get_kl_controller(algo.kl_ctrl)
+        controller = carried_controller(state, algo)
         metrics: dict[str, float] = {}
 
         # 1-2. the TransferQueue's ragged fields, fetched and padded by _compute_advantage
@@ -569,6 +562,17 @@ class StepOps:
         finally:
             log.setLevel(level)
         return {k: float(v) for k, v in logged.items() if np.isscalar(v)}
+
+
+def carried_controller(state: Any, algo: Any) -> Any:
+    """The trainer's in-reward KL controller: the one the previous step left (``state``),
+    else ``core_algos.get_kl_controller(algorithm.kl_ctrl)`` as the trainer makes it once
+    (None when the KL is not in the reward)."""
+    from verl.trainer.ppo import core_algos
+
+    if isinstance(state, core_algos.FixedKLController | core_algos.AdaptiveKLController):
+        return state
+    return core_algos.get_kl_controller(algo.kl_ctrl) if algo.use_kl_in_reward else None
 
 
 def _reduced(logged: dict[str, Any], prefix: str) -> dict[str, float]:

@@ -35,7 +35,7 @@ import torch
 from rlconform.adapters.base import Inexpressible
 from rlconform.adapters.step_io import StepBatch, StepOutput
 from rlconform.adapters.verl.imports import import_verl_module
-from rlconform.adapters.verl.step import VERL_STEP_CONFIGS, StepOps
+from rlconform.adapters.verl.step import VERL_STEP_CONFIGS, StepOps, carried_controller
 from rlconform.conformance.trainer_config import TrainerConfig
 
 STEP_METRIC_NAMES_V0 = {
@@ -103,7 +103,6 @@ class V0StepOps(StepOps):
         """step.update: one step of ``RayPPOTrainer.fit`` on ``batch`` (module docstring)."""
         from tensordict import TensorDict
         from verl import DataProto
-        from verl.trainer.ppo import core_algos
 
         rows = len(batch.uids)
         if rows == 0:
@@ -114,13 +113,7 @@ class V0StepOps(StepOps):
         algo = verl_config.algorithm
         width = batch.response_mask.shape[1]
         full = max(int(verl_config.data.max_response_length), width)
-        controller = (
-            state
-            if isinstance(state, core_algos.FixedKLController | core_algos.AdaptiveKLController)
-            else None
-        )
-        if algo.use_kl_in_reward and controller is None:
-            controller = core_algos.get_kl_controller(algo.kl_ctrl)
+        controller = carried_controller(state, algo)
 
         def wide(t: torch.Tensor) -> torch.Tensor:
             return torch.nn.functional.pad(t, (0, full - t.shape[-1]))
@@ -174,7 +167,9 @@ class V0StepOps(StepOps):
             "returns": data.batch["returns"][:, :width],
         }
         state_out = {
-            "kl_coef": float(controller.value) if controller is not None else float(algo.kl_ctrl.kl_coef)
+            "kl_coef": float(controller.value)
+            if controller is not None
+            else float(algo.kl_ctrl.kl_coef)
         }
         return StepOutput(
             loss=loss,
@@ -195,7 +190,9 @@ class V0StepOps(StepOps):
         from rlconform.adapters.verl.step import _dataclass
 
         worker = object.__new__(cls)
-        worker.config = _dataclass(node, rows, micro) if role == "actor" else _critic(node, rows, micro)
+        worker.config = (
+            _dataclass(node, rows, micro) if role == "actor" else _critic(node, rows, micro)
+        )
         worker.scaler = None
         worker.use_dynamic_bsz = False
         worker.use_prefix_grouper = False
@@ -226,7 +223,9 @@ class V0StepOps(StepOps):
             rows_ = torch.arange(start, start + size)
             pad = full - batch.log_probs.shape[1]
             out = {
-                "log_probs": torch.nn.functional.pad(batch.log_probs.index_select(0, rows_), (0, pad))
+                "log_probs": torch.nn.functional.pad(
+                    batch.log_probs.index_select(0, rows_), (0, pad)
+                )
             }
             if calculate_entropy:
                 out["entropys"] = torch.nn.functional.pad(
@@ -283,9 +282,7 @@ def _critic(node: Any, rows: int, micro: int) -> Any:
         "grad_clip",
     )
     fields = {k: node[k] for k in keys}
-    return SimpleNamespace(
-        **fields, ppo_mini_batch_size=rows, ppo_micro_batch_size_per_gpu=micro
-    )
+    return SimpleNamespace(**fields, ppo_mini_batch_size=rows, ppo_micro_batch_size_per_gpu=micro)
 
 
 class _recorded_backward:

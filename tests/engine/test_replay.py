@@ -22,7 +22,9 @@ def test_reproducer_names_the_spec_the_user_passed(tmp_path):
     assert code == 1
     (clause,) = report["clauses"]
     assert report["target"]["spec"] == BROKEN
-    assert f"replay('reward.place_last', {BROKEN!r}, case=" in clause["counterexample"]["reproducer"]
+    assert (
+        f"replay('reward.place_last', {BROKEN!r}, case=" in clause["counterexample"]["reproducer"]
+    )
     # the snippet runs as printed and raises the same mismatch
     namespace: dict = {}
     try:

@@ -9,10 +9,9 @@ import importlib.util
 import math
 
 import pytest
-import torch
 
 from rlconform.conformance.clauses import step as step_clauses
-from rlconform.oracle import step as oracle
+from tests.step import by_hand as h
 
 
 def _installed() -> bool:
@@ -23,11 +22,6 @@ def _installed() -> bool:
 
 
 pytestmark = pytest.mark.skipif(not _installed(), reason="OpenRLHF is not installed")
-
-
-class _Layout:
-    dtype = torch.float32
-    device = "cpu"
 
 
 @pytest.fixture(scope="module")
@@ -41,35 +35,24 @@ def orl():
 
 
 def _sample(uid, mask, reward, group="g0", entropy=None, ref=None):
-    n = len(mask)
-    return {
-        "uid": uid,
-        "group": group,
-        "mask": mask,
-        "reward": reward,
-        "old": [-1.0] * n,
-        "ref": [-1.0] * n if ref is None else ref,
-        "logp": [-1.0] * n,
-        "entropy": [0.0] * n if entropy is None else entropy,
-        "values": [0.0] * n,
-        "vpreds": [0.0] * n,
-    }
+    rows = {}
+    if entropy is not None:
+        rows["entropy"] = entropy
+    if ref is not None:
+        rows["ref"] = ref
+    return h.sample(uid, mask, reward, group, **rows)
 
 
-def _case(samples, shards):
-    return {"samples": samples, "shards": shards, "pad_value": 0.0, "extra_pad": 0}
-
-
-def _config(target, name):
-    return {c.name: c for c in target.trainer_configs()}[name]
+_case = h.case
+_config = h.config_named
 
 
 def _run(target, name, case, state=None):
+    if state is None:
+        return h.run(target, name, case)
     config = _config(target, name)
-    batch = step_clauses.build_batch(_Layout, case, config.resolved["critic"])
-    output = target.train_step(batch, config, state)
-    want = oracle.train_step(case["samples"], config.resolved, choices=target.profile.choices())
-    return output, batch, want
+    batch = step_clauses.build_batch(h.Layout, case, config.resolved["critic"])
+    return target.train_step(batch, config, state), batch, None
 
 
 def test_default_config_is_the_parsers_defaults(orl):
@@ -88,7 +71,9 @@ def test_a_sample_without_an_action_token_turns_the_adaptive_kl_coefficient_nan(
     output, _, want = _run(orl, "reinforce_adaptive_kl", case)
     assert math.isnan(output.state["kl_coef"])
     assert math.isfinite(want["state"]["kl_coef"])
-    nxt, _, _ = _run(orl, "reinforce_adaptive_kl", _case([_sample("s0", [1], 1.0)], [1]), output.carry)
+    nxt, _, _ = _run(
+        orl, "reinforce_adaptive_kl", _case([_sample("s0", [1], 1.0)], [1]), output.carry
+    )
     assert math.isnan(nxt.state["kl_coef"])  # and it stays NaN
 
 
@@ -142,10 +127,4 @@ def test_group_baseline_counts_the_reward_of_an_actionless_sample(orl):
 @pytest.mark.parametrize("fixture", ["torchref", "oracle_target"])
 def test_reference_targets_pass_under_openrlhfs_configs(clause_id, fixture, orl, request):
     """CONTRACT step: torchref and the oracle pass under OpenRLHF's configs."""
-    from rlconform.adapters.base import with_overrides
-    from tests.conftest import certify_one
-
-    configs = orl.trainer_configs()
-    target = with_overrides(request.getfixturevalue(fixture), trainer_configs=lambda self: configs)
-    result = certify_one(target, clause_id)
-    assert result.status == "pass", result.message
+    h.reference_passes(request.getfixturevalue(fixture), orl.trainer_configs(), clause_id)

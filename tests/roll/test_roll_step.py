@@ -8,20 +8,13 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
-from rlconform.conformance.clauses import step as step_clauses
-from rlconform.oracle import step as oracle
+from tests.step import by_hand as h
 
 ROLL_PATH = os.environ.get("RLCONFORM_ROLL_PATH")
 pytestmark = pytest.mark.skipif(
     not ROLL_PATH, reason="RLCONFORM_ROLL_PATH is not set (a github.com/alibaba/ROLL checkout)"
 )
-
-
-class _Layout:
-    dtype = torch.float32
-    device = "cpu"
 
 
 @pytest.fixture(scope="module")
@@ -31,33 +24,9 @@ def roll():
     return load_target("roll", framework_path=ROLL_PATH)
 
 
-def _sample(uid, mask, reward, group="g0", values=None):
-    n = len(mask)
-    return {
-        "uid": uid,
-        "group": group,
-        "mask": mask,
-        "reward": reward,
-        "old": [-1.0] * n,
-        "ref": [-1.0] * n,
-        "logp": [-1.0] * n,
-        "entropy": [0.0] * n,
-        "values": [0.0] * n if values is None else values,
-        "vpreds": [0.0] * n,
-    }
-
-
-def _run(target, name, case):
-    config = {c.name: c for c in target.trainer_configs()}[name]
-    case = step_clauses.case_under(case, config)
-    batch = step_clauses.build_batch(_Layout, case, config.resolved["critic"])
-    output = target.train_step(batch, config)
-    want = oracle.train_step(case["samples"], config.resolved, choices=target.profile.choices())
-    return output, batch, want
-
-
-def _case(samples, shards, pad=0.0):
-    return {"samples": samples, "shards": shards, "pad_value": pad, "extra_pad": 0}
+_sample = h.sample
+_run = h.run
+_case = h.case
 
 
 def test_default_config_follows_post_init(roll):
@@ -83,9 +52,7 @@ def test_critic_loss_is_summed_over_micro_batches(roll):
 def test_gae_reads_the_critic_value_at_padding(roll):
     """Declared (step.update advantages, padding_finite): V = 7.5 at the padding column
     after a one-token response enters ROLL's GAE recursion (lambda 0.95)."""
-    case = _case(
-        [_sample("s0", [1], 0.0), _sample("s1", [1, 1], 0.0)], [1, 1], pad=7.5
-    )
+    case = _case([_sample("s0", [1], 0.0), _sample("s1", [1, 1], 0.0)], [1, 1], pad=7.5)
     output, _, want = _run(roll, "default", case)
     assert output.stages["advantages"][0, 0].item() == pytest.approx(0.375, abs=1e-5)
     assert want["advantages"][0][0] == pytest.approx(0.0)
@@ -94,10 +61,4 @@ def test_gae_reads_the_critic_value_at_padding(roll):
 @pytest.mark.parametrize("clause_id", ["step.update", "step.metrics", "step.state"])
 @pytest.mark.parametrize("fixture", ["torchref", "oracle_target"])
 def test_reference_targets_pass_under_rolls_configs(clause_id, fixture, roll, request):
-    from rlconform.adapters.base import with_overrides
-    from tests.conftest import certify_one
-
-    configs = roll.trainer_configs()
-    target = with_overrides(request.getfixturevalue(fixture), trainer_configs=lambda self: configs)
-    result = certify_one(target, clause_id)
-    assert result.status == "pass", result.message
+    h.reference_passes(request.getfixturevalue(fixture), roll.trainer_configs(), clause_id)

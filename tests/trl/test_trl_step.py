@@ -5,10 +5,8 @@ on a minimal batch, next to the oracle (which torchref matches under TRL's confi
 from __future__ import annotations
 
 import pytest
-import torch
 
-from rlconform.conformance.clauses import step as step_clauses
-from rlconform.oracle import step as oracle
+from tests.step import by_hand as h
 from tests.trl.conftest import real_trl_skip_reason
 
 pytestmark = pytest.mark.skipif(
@@ -16,29 +14,16 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-class _Layout:
-    dtype = torch.float32
-    device = "cpu"
-
-
 def _sample(uid, mask, reward, entropy=None, group="g0", ref=None):
-    n = len(mask)
-    return {
-        "uid": uid,
-        "group": group,
-        "mask": mask,
-        "reward": reward,
-        "old": [-1.0] * n,
-        "ref": [-1.0] * n if ref is None else ref,
-        "logp": [-1.0] * n,
-        "entropy": [0.0] * n if entropy is None else entropy,
-        "values": [0.0] * n,
-        "vpreds": [0.0] * n,
-    }
+    rows = {}
+    if entropy is not None:
+        rows["entropy"] = entropy
+    if ref is not None:
+        rows["ref"] = ref
+    return h.sample(uid, mask, reward, group, **rows)
 
 
-def _case(samples, shards):
-    return {"samples": samples, "shards": shards, "pad_value": 0.0, "extra_pad": 0}
+_case = h.case
 
 
 @pytest.fixture()
@@ -47,16 +32,10 @@ def trl(real_target):
 
 
 def _config(target, name):
-    return {c.name: c for c in target.trainer_configs()}[name]
+    return h.config_named(target, name)
 
 
-def _run(target, name, case):
-    config = _config(target, name)
-    case = step_clauses.case_under(case, config)
-    batch = step_clauses.build_batch(_Layout, case, False)
-    output = target.train_step(batch, config)
-    want = oracle.train_step(case["samples"], config.resolved, choices=target.profile.choices())
-    return output, batch, want
+_run = h.run
 
 
 def test_default_config_is_grpo_configs_defaults(trl):
@@ -77,8 +56,9 @@ def test_bnpo_divides_each_micro_batch_by_its_own_tokens(trl):
     With lengths 2, 1, 1 and one sample per micro-batch, bnpo sums each micro-batch's own
     token mean over three accumulation steps: (a + a - 2a) / 3 = 0; the step's token mean
     is (2a + a - 2a) / 4 = a / 4 with a = 1/sqrt(3)."""
-    case = _case([_sample("s0", [1, 1], 0.0), _sample("s1", [1], 0.0), _sample("s2", [1], 1.0)],
-                 [1, 1, 1])
+    case = _case(
+        [_sample("s0", [1, 1], 0.0), _sample("s1", [1], 0.0), _sample("s2", [1], 1.0)], [1, 1, 1]
+    )
     output, _, want = _run(trl, "bnpo", case)
     a = 1 / 3**0.5
     assert output.loss == pytest.approx(0.0, abs=1e-6)
@@ -90,8 +70,9 @@ def test_entropy_bonus_is_a_mean_per_micro_batch(trl):
     is -coef * (each micro-batch's mean entropy) / accumulation steps, so the 2-token
     micro-batch's tokens get -0.01 / (2 * 3) each, where the step's token mean (four action
     tokens) gives -0.01 / 4."""
-    case = _case([_sample("s0", [1, 1], 0.0), _sample("s1", [1], 0.0), _sample("s2", [1], 1.0)],
-                 [1, 1, 1])
+    case = _case(
+        [_sample("s0", [1, 1], 0.0), _sample("s1", [1], 0.0), _sample("s2", [1], 1.0)], [1, 1, 1]
+    )
     _, batch, want = _run(trl, "entropy_bonus", case)
     assert batch.entropy.grad[0, 0].item() == pytest.approx(-0.01 / 6, rel=1e-5)
     assert want["grad_entropy"][0][0] == pytest.approx(-0.01 / 4)
@@ -103,7 +84,9 @@ def test_logged_policy_loss_is_divided_by_the_accumulation_steps(trl):
     shares, logging half the step's policy loss."""
     case = _case([_sample("s0", [1, 1], 0.0), _sample("s1", [1], 1.0)], [1, 1])
     output, _, want = _run(trl, "entropy_bonus", case)
-    assert output.metrics["policy_loss"] == pytest.approx(want["metrics"]["policy_loss"] / 2, rel=1e-5)
+    assert output.metrics["policy_loss"] == pytest.approx(
+        want["metrics"]["policy_loss"] / 2, rel=1e-5
+    )
 
 
 def test_logged_entropy_is_a_mean_of_micro_batch_means(trl):
@@ -128,8 +111,12 @@ def test_trl_configs_all_run_on_an_ordinary_batch(trl):
     """Every declared config runs and matches the oracle on a batch without the declared
     features (equal token counts per micro-batch, every sample with an action token)."""
     case = _case(
-        [_sample("s0", [1, 1], 0.0), _sample("s1", [1, 1], 1.0),
-         _sample("s2", [1, 0], 0.5, group="g1"), _sample("s3", [1, 0], 0.0, group="g1")],
+        [
+            _sample("s0", [1, 1], 0.0),
+            _sample("s1", [1, 1], 1.0),
+            _sample("s2", [1, 0], 0.5, group="g1"),
+            _sample("s3", [1, 0], 0.0, group="g1"),
+        ],
         [2, 2],
     )
     for config in trl.trainer_configs():
@@ -142,10 +129,4 @@ def test_trl_configs_all_run_on_an_ordinary_batch(trl):
 def test_reference_targets_pass_under_trls_configs(clause_id, fixture, trl, request):
     """CONTRACT step: torchref and the oracle pass under TRL's configs (a TRL finding is
     never the contract's own)."""
-    from rlconform.adapters.base import with_overrides
-    from tests.conftest import certify_one
-
-    configs = trl.trainer_configs()
-    target = with_overrides(request.getfixturevalue(fixture), trainer_configs=lambda self: configs)
-    result = certify_one(target, clause_id)
-    assert result.status == "pass", result.message
+    h.reference_passes(request.getfixturevalue(fixture), trl.trainer_configs(), clause_id)

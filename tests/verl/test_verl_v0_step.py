@@ -6,21 +6,14 @@ configs too)."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 pytest.importorskip("verl")
 
 from rlconform.adapters.registry import load_target  # noqa: E402
-from rlconform.conformance.clauses import step as step_clauses  # noqa: E402
-from rlconform.oracle import step as oracle  # noqa: E402
+from tests.step import by_hand as h  # noqa: E402
 
 V07 = load_target("verl").release.line == "0.7"
 pytestmark = pytest.mark.skipif(not V07, reason="the legacy-worker step is bound on 0.7.x")
-
-
-class _Layout:
-    dtype = torch.float32
-    device = "cpu"
 
 
 @pytest.fixture(scope="module")
@@ -28,28 +21,8 @@ def verl():
     return load_target("verl")
 
 
-def _sample(uid, mask, reward, group="g0"):
-    n = len(mask)
-    return {
-        "uid": uid,
-        "group": group,
-        "mask": mask,
-        "reward": reward,
-        "old": [-1.0] * n,
-        "ref": [-1.0] * n,
-        "logp": [-1.0] * n,
-        "entropy": [0.0] * n,
-        "values": [0.0] * n,
-        "vpreds": [0.0] * n,
-    }
-
-
-def _run(target, name, case):
-    config = {c.name: c for c in target.trainer_configs()}[name]
-    batch = step_clauses.build_batch(_Layout, case, config.resolved["critic"])
-    output = target.train_step(batch, config)
-    want = oracle.train_step(case["samples"], config.resolved, choices=target.profile.choices())
-    return output, batch, want
+_sample = h.sample
+_run = h.run
 
 
 def test_default_is_the_shipped_file_with_a_critic(verl):
@@ -77,10 +50,4 @@ def test_token_mean_is_per_micro_batch(verl):
 @pytest.mark.parametrize("clause_id", ["step.update", "step.metrics", "step.state"])
 @pytest.mark.parametrize("fixture", ["torchref", "oracle_target"])
 def test_reference_targets_pass_under_the_0_7_configs(clause_id, fixture, verl, request):
-    from rlconform.adapters.base import with_overrides
-    from tests.conftest import certify_one
-
-    configs = verl.trainer_configs()
-    target = with_overrides(request.getfixturevalue(fixture), trainer_configs=lambda self: configs)
-    result = certify_one(target, clause_id)
-    assert result.status == "pass", result.message
+    h.reference_passes(request.getfixturevalue(fixture), verl.trainer_configs(), clause_id)
