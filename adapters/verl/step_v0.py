@@ -27,6 +27,7 @@ The path, read from ``trainer/ppo/ray_trainer.py`` (``fit``) and the legacy work
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 import numpy as np
@@ -319,13 +320,18 @@ def _reduced_v0(logged: dict[str, Any]) -> dict[str, float]:
 
 
 class _quiet:
-    """verl prints a line per worker call; keep the certify console readable."""
+    """verl logs per worker call, and clip_grad_norm_ warns that the stand-in module has no
+    parameters (the model is outside): keep the certify console readable."""
 
     def __enter__(self) -> None:
         self.level = logging.getLogger("verl").level
         logging.getLogger("verl").setLevel(logging.ERROR)
+        self.warnings = warnings.catch_warnings()
+        self.warnings.__enter__()
+        warnings.filterwarnings("ignore", message=".*empty generator.*", category=UserWarning)
 
     def __exit__(self, *exc: Any) -> bool:
+        self.warnings.__exit__(*exc)
         logging.getLogger("verl").setLevel(self.level)
         return False
 
