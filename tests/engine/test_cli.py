@@ -17,7 +17,9 @@ def test_certify_torchref_exit_0_and_json_schema(tmp_path):
     # the original schema, extended by the step area's "configs" (CONTRACT §0b)
     assert set(report) == {"target", "clauses", "summary", "configs"}
     assert set(report["configs"]) >= {"default"}
-    assert set(report["target"]) == {"name", "version", "profile"}
+    # the fixed keys, plus how to load the target again (rlconform replay)
+    assert set(report["target"]) == {"name", "version", "profile", "spec"}
+    assert report["target"]["spec"] == "torchref"
     assert report["target"]["name"] == "torchref"
     assert report["target"]["profile"] == "ci"
     assert set(report["summary"]) == {
