@@ -34,12 +34,7 @@ def orl():
     return target
 
 
-def _sample(uid, mask, reward, group="g0", entropy=None, ref=None):
-    rows = {}
-    if entropy is not None:
-        rows["entropy"] = entropy
-    if ref is not None:
-        rows["ref"] = ref
+def _sample(uid, mask, reward, group="g0", **rows):
     return h.sample(uid, mask, reward, group, **rows)
 
 

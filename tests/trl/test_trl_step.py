@@ -14,12 +14,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _sample(uid, mask, reward, entropy=None, group="g0", ref=None):
-    rows = {}
-    if entropy is not None:
-        rows["entropy"] = entropy
-    if ref is not None:
-        rows["ref"] = ref
+def _sample(uid, mask, reward, group="g0", **rows):
     return h.sample(uid, mask, reward, group, **rows)
 
 

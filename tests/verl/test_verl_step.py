@@ -18,6 +18,7 @@ from rlconform.adapters.verl import step as verl_step  # noqa: E402
 from rlconform.conformance.clauses import step as step_clauses  # noqa: E402
 from rlconform.conformance.cli import main  # noqa: E402
 from rlconform.oracle import step as oracle  # noqa: E402
+from tests.step import by_hand as h  # noqa: E402
 
 V1 = load_target("verl").release.line == "0.9"
 pytestmark = pytest.mark.skipif(not V1, reason="the step is bound on the 0.9.x v1 trainer")
@@ -38,19 +39,7 @@ def _configs(target):
 
 
 def _sample(uid, group, mask, reward, delta=0.0):
-    n = len(mask)
-    return {
-        "uid": uid,
-        "group": group,
-        "mask": mask,
-        "reward": reward,
-        "old": [-1.0] * n,
-        "ref": [-1.0] * n,
-        "logp": [-1.0 + delta] * n,
-        "entropy": [0.5] * n,
-        "values": [0.0] * n,
-        "vpreds": [0.0] * n,
-    }
+    return h.sample(uid, mask, reward, group, delta=delta, entropy=[0.5] * len(mask))
 
 
 def _case(samples, shards):
