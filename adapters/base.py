@@ -100,6 +100,10 @@ class Deviation:
     whole clause: allowed for a user's own adapter, never in a shipped baseline.
     ``scope`` is the pre-§0a name of ``features`` (old scope names are translated).
     ``configs`` (step clauses) limits the entry to failures under those trainer configs.
+    ``model`` (profile key -> value) says what the framework does instead: a covered failure
+    is excused only when the same check passes on the same case with the profile so
+    overridden (``conformance/baseline.py``). ``covers`` is the scope test; the runner then
+    asks the entry's features (or model) to explain the failing case.
     """
 
     rationale: str
@@ -107,10 +111,13 @@ class Deviation:
     features: tuple[str, ...] = ()
     scope: dataclasses.InitVar[tuple[str, ...] | None] = None
     configs: tuple[str, ...] = ()
+    model: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self, scope: tuple[str, ...] | None) -> None:
         object.__setattr__(self, "checks", tuple(self.checks))
         object.__setattr__(self, "configs", tuple(self.configs))
+        model = self.model.items() if isinstance(self.model, Mapping) else self.model
+        object.__setattr__(self, "model", tuple(sorted((str(k), v) for k, v in model)))
         features = list(self.features)
         for name in scope or ():
             for feature in _LEGACY_SCOPES.get(name, (name,)):
@@ -139,6 +146,8 @@ class Deviation:
             parts.append("checks: " + ", ".join(self.checks))
         if self.features:
             parts.append("features: " + ", ".join(self.features))
+        if self.model:
+            parts.append("model: " + ", ".join(f"{k}={v!r}" for k, v in self.model))
         return f"{self.rationale} [{'; '.join(parts)}]" if parts else self.rationale
 
 

@@ -15,13 +15,31 @@ A baseline file::
     severity = "hardening"                    # what the run that wrote it saw (informational)
     configs = ["dr_grpo"]                     # optional (step clauses): only under these
                                               # trainer configs; absent = under any
+    model = { grpo_std_ddof = 0 }             # optional: profile values that explain it
 
-Each entry covers failures of its checks on cases having at least one of its features
-(and, with ``configs``, only failures under one of those trainer configs).
+What an entry excuses. An entry is in scope for a failure of one of its checks (under one
+of its ``configs``) on a case that has at least one of its features. In scope is not
+enough: the entry must explain the failing case, so that a second bug in the same check
+still fails.
+
+- With a ``model`` (profile keys and the values the framework uses instead, e.g.
+  ``grpo_std_ddof = 0`` for a population std): the same check, run on the same case with
+  the profile so overridden, must pass. Anything else the check finds is a new failure.
+- With ``features``: the same case without the entry's features (``conformance/neutral.py``
+  takes them out: NaN at padding becomes 0, a hole reward 0, an empty sample goes ...)
+  must pass the check. A case that still fails without them fails for another reason: it
+  is a new failure. Structural features (an empty batch, a group of one, a zero width: no
+  "same case without it" exists) excuse a case that has them.
+- With neither (``features = []``, a break seen on ordinary cases): every failure of the
+  check. Such an entry pins nothing; ``certify --write-baseline`` therefore writes a model
+  whenever one profile value explains every observed failure of the check (the values
+  other shipped adapters use for the keys the clause reads), and the report counts how
+  each entry excused its failures (``excused_by``: ``model``, ``features``, ``presence``).
+
 Semantics are those of ``adapters.base.Deviation``: an entry must still be observed (a
 stale entry fails, named), and a failure it does not cover is a new break. ``load``
-validates every entry (unknown clause ids, checks and features are one-line errors, exit
-2); ``render`` writes the file ``certify --write-baseline`` produces.
+validates every entry (unknown clause ids, checks, features and profile keys are one-line
+errors, exit 2); ``render`` writes the file ``certify --write-baseline`` produces.
 """
 
 from __future__ import annotations
@@ -40,7 +58,16 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 FORMAT = 1
-_ENTRY_KEYS = {"clause", "checks", "features", "rationale", "severity", "observed", "configs"}
+_ENTRY_KEYS = {
+    "clause",
+    "checks",
+    "features",
+    "rationale",
+    "severity",
+    "observed",
+    "configs",
+    "model",
+}
 _TOP_KEYS = {"format", "target", "version", "deviation", "note"}
 
 Entries = dict[str, list[Deviation]]
@@ -108,13 +135,46 @@ def parse(data: Mapping[str, Any], source: str) -> Entries:
         if not isinstance(rationale, str) or not rationale.strip():
             raise SetupError(f"{where}: 'rationale' must be a non-empty string")
         configs = _strings(item.get("configs", []), f"{where}: configs")
+        model = _model(item.get("model"), where)
         entry = Deviation(
-            " ".join(rationale.split()), tuple(checks), tuple(features), configs=tuple(configs)
+            " ".join(rationale.split()),
+            tuple(checks),
+            tuple(features),
+            configs=tuple(configs),
+            model=model,
         )
         known = entries.setdefault(clause_id, [])
         if entry not in known:
             known.append(entry)
     return entries
+
+
+def _model(value: Any, where: str) -> dict[str, Any]:
+    """A ``model`` table: profile keys (``Profile`` fields or ``extra`` keys a clause reads)
+    to scalar values."""
+    from rlconform.conformance.profile_values import known_keys
+
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not value:
+        raise SetupError(f"{where}: 'model' must be a table of profile keys and values")
+    known = known_keys()
+    for key, item in value.items():
+        if key not in known:
+            raise SetupError(
+                f"{where}: model names unknown profile key {key!r}; known: {', '.join(known)}"
+            )
+        if not isinstance(item, (bool, int, float, str)):
+            raise SetupError(f"{where}: model value of {key!r} must be a number, bool or string")
+    return dict(value)
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return _string(value)
+    return repr(value)
 
 
 def _strings(value: Any, where: str) -> list[str]:
@@ -149,9 +209,10 @@ def render(
     optionally severity and observed (the message the run saw)."""
     lines = [
         f"# rlconform baseline: declared breaks of {target.get('name')} {target.get('version')}.",
-        "# Each [[deviation]] covers failures of the clause's named checks on cases that have",
-        "# at least one of the listed CONTRACT features (none listed: any case). Every entry",
-        "# must be observed in a run (a stale entry fails, named); any other failure is new.",
+        "# Each [[deviation]] covers failures of the clause's named checks that it explains:",
+        "# the case without the listed CONTRACT features passes, or (model) the check passes",
+        "# with the listed profile values; none listed: any case. Every entry must be",
+        "# observed in a run (a stale entry fails, named); any other failure is new.",
         "# severity / observed: what the run that wrote this file saw (informational).",
         "",
         f"format = {FORMAT}",
@@ -171,6 +232,9 @@ def render(
         ]
         if row.get("configs"):
             lines.append(f"configs = {_list(row['configs'])}")
+        if row.get("model"):
+            pairs = ", ".join(f"{k} = {_scalar(v)}" for k, v in sorted(dict(row["model"]).items()))
+            lines.append(f"model = {{ {pairs} }}")
         if row.get("severity"):
             lines.append(f"severity = {_string(row['severity'])}")
         if row.get("observed"):

@@ -46,11 +46,15 @@ class CheckContext:
     pinned: bool = False
     returned: int = 0  # calls into the target that returned (did not raise)
     trainer_config: str | None = None  # the step config a step clause is checking now
+    # profile values that replace the target's (a baseline entry's model, a profile hint)
+    profile_overrides: tuple[tuple[str, Any], ...] = ()
     _in_place: int = 0
 
     @property
     def profile(self) -> Profile:
-        return self.target.profile
+        if not self.profile_overrides:
+            return self.target.profile
+        return overridden(self.target.profile, dict(self.profile_overrides))
 
     @property
     def dtype(self) -> torch.dtype:
@@ -169,6 +173,14 @@ class CheckContext:
         from rlconform.conformance.harness import pad_right
 
         return pad_right(rows, width=width, fill=fill, dtype=self.dtype, device=self.device)
+
+
+def overridden(profile: Profile, values: dict[str, Any]) -> Profile:
+    """``profile`` with ``values`` in place of its own (fields, else ``extra`` keys)."""
+    fields = {f.name for f in dataclasses.fields(profile)} - {"extra", "name"}
+    direct = {k: v for k, v in values.items() if k in fields}
+    extra = {**profile.extra, **{k: v for k, v in values.items() if k not in fields}}
+    return dataclasses.replace(profile, **direct, extra=extra)
 
 
 def _owned(kwargs: dict) -> dict:

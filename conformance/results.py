@@ -40,6 +40,10 @@ class DeviationResult:
     configs: list[str] = dataclasses.field(default_factory=list)
     basis: str = ""
     declared_configs: list[str] = dataclasses.field(default_factory=list)
+    # how the failures were excused: "features" (the case without the entry's features
+    # passes), "model" (it passes with the entry's profile values), "presence" (structural)
+    excused_by: dict[str, int] = dataclasses.field(default_factory=dict)
+    declared_model: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def summary(self) -> str:
@@ -64,6 +68,8 @@ class DeviationResult:
             "consequence": self.consequence,
             "configs": list(self.configs),
             "consequence_basis": self.basis,
+            "excused_by": dict(self.excused_by),
+            "model": dict(self.declared_model),
             "declared_configs": list(self.declared_configs),
         }
 
@@ -91,6 +97,8 @@ class ClauseResult:
     failure_consequence: str | None = None
     failure_configs: list[str] = dataclasses.field(default_factory=list)
     failure_basis: str = ""
+    # a legitimate profile value under which the minimal case passes (runner.explaining_profile)
+    profile_hint: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -109,6 +117,7 @@ class ClauseResult:
             "failure_consequence": self.failure_consequence,
             "failure_configs": list(self.failure_configs),
             "failure_basis": self.failure_basis,
+            "profile_hint": dict(self.profile_hint),
         }
 
     def fails_at(self, fail_on: str, consequences: frozenset[str] | None = None) -> bool:

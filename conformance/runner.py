@@ -37,13 +37,13 @@ from hypothesis.strategies import SearchStrategy
 from rlconform.adapters.base import Deviation, Inexpressible, Target, Unsupported
 from rlconform.adapters.base import deviation_entries as _entries_of
 from rlconform.conformance import features as feats
-from rlconform.conformance import phases
+from rlconform.conformance import neutral, phases
 from rlconform.conformance.context import CheckContext, Observer
 from rlconform.conformance.errors import ClauseMismatch, ClauseTimeout, TargetError
 from rlconform.conformance.generation import independent_of_imports
 from rlconform.conformance.literal import to_jsonable, to_literal
 from rlconform.conformance.profiles import RunProfile
-from rlconform.conformance.registry import Clause
+from rlconform.conformance.registry import ENGINE_CHECKS, Clause
 from rlconform.conformance.results import ClauseResult, DeviationResult, RunReport
 
 NOT_IMPLEMENTED = "not implemented by target"
@@ -173,6 +173,20 @@ class _Failure:
     graded: bool = True  # False for harness errors and time-outs: no case to grade
 
 
+class _Failures(Observer):
+    """Observer of an explanation run: collects the (check, config) of every failure and
+    lets each through, so that the check runs to its end."""
+
+    def __init__(self) -> None:
+        self.found: set[tuple[str, str | None]] = set()
+
+    def tolerate(self, failure: ClauseMismatch | TargetError) -> bool:
+        detail = getattr(failure, "detail", None)
+        config = detail.get("config") if isinstance(detail, dict) else None
+        self.found.add((failure.check or "unnamed", config))
+        return True
+
+
 class _Exploration(Observer):
     """Runs hypothesis over a clause, records covered failures and skipped cases."""
 
@@ -184,6 +198,9 @@ class _Exploration(Observer):
         self.observed: dict[int, _Observation] = {}
         self.counts: dict[int, int] = {}
         self.observed_checks: dict[int, set[str]] = {}
+        self.excused_by: dict[int, dict[str, int]] = {}  # entry -> basis -> failures
+        self._explained: dict[tuple, str | None] = {}
+        self._runs: dict[tuple, set[tuple[str, str | None]] | None] = {}
         self.skipped: dict[str, set[str]] = {}
         self.seen: set[str] = set()
         self.ran = 0  # cases that reached the end of the check or failed it (not skipped)
@@ -200,10 +217,99 @@ class _Exploration(Observer):
         detail = getattr(failure, "detail", None)
         config = detail.get("config") if isinstance(detail, dict) else None
         for index, entry in enumerate(self.entries):
-            if entry.covers(failure.check, case_features, config):
-                self._record(index, failure, case_features)
-                return True
+            if not entry.covers(failure.check, case_features, config):
+                continue
+            basis = self._explains(entry, failure.check, config, case_features)
+            if basis is None:
+                continue
+            self._record(index, failure, case_features)
+            by = self.excused_by.setdefault(index, {})
+            by[basis] = by.get(basis, 0) + 1
+            return True
         return False
+
+    def _explains(
+        self, entry: Deviation, check: str | None, config: str | None, case_features: frozenset
+    ) -> str | None:
+        """Why ``entry`` excuses this failure of ``check`` on the current case, or None when
+        it does not (baseline.py, "what an entry excuses"): ``model`` (the check passes with
+        the entry's profile values), ``features`` (the case without the entry's features
+        passes), ``presence`` (the case has a structural feature of the entry, or the entry
+        names none: nothing to take out)."""
+        case = self._case
+        if case is None or check is None:
+            return "presence"
+        key = (entry, check, config, repr(case))
+        if key in self._explained:
+            return self._explained[key]
+        if entry.model:
+            fails = self._fails(case, check, config, entry.model)
+            basis = None if fails else "model"
+        else:
+            present = set(entry.features) & case_features
+            removable = present & neutral.REMOVABLE
+            without = neutral.without(case, removable, self.clause.features) if removable else None
+            fails = None if without is None else self._fails(without, check, config)
+            if fails is None:
+                basis = "presence" if present or not entry.features else None
+            elif fails and present - removable:
+                basis = "presence"  # what is left that fails is a structural feature's
+            else:
+                basis = None if fails else "features"
+        self._explained[key] = basis
+        return basis
+
+    def _fails(
+        self, case: Any, check: str, config: str | None, overrides: tuple = ()
+    ) -> bool | None:
+        """Does ``check`` (under ``config``) fail on ``case`` (with profile ``overrides``)?
+        None when the case cannot say (the target cannot express it, an assumption of the
+        check rejects it, the harness itself fails)."""
+        only = config if self.clause.area == "step" else None  # the step: that config alone
+        key = (repr(case), overrides, only)
+        if key not in self._runs:
+            self._runs[key] = self._failures_of(case, overrides, only)
+        found = self._runs[key]
+        if found is None:
+            return None
+        if check != "runs" and any(c == "runs" for c, _ in found):
+            return True  # it crashes without the entry's features: not explained
+        return any(c == check and (config is None or g == config) for c, g in found)
+
+    def _failures_of(
+        self, case: Any, overrides: tuple, config: str | None = None
+    ) -> set[tuple[str, str | None]] | None:
+        """Every (check, config) that fails on ``case`` when the whole clause check runs on
+        it (``("runs", None)`` when the target raises), or None (see ``_fails``); a step
+        clause runs under trainer config ``config`` only when one is named."""
+        from rlconform.conformance.clauses.step import reset_configs, select_configs
+
+        probe = _Failures()
+        ctx = CheckContext(
+            target=self.target,
+            device=self.ctx.device,
+            seed=self.ctx.seed,
+            clause_id=self.clause.id,
+            observer=probe,
+            profile_overrides=tuple(overrides),
+        )
+        ctx.case_features = self.clause.features(case)
+        token = select_configs([config]) if config is not None else None
+        try:
+            with phases.phase("explain"):
+                self.clause.check(ctx, case)
+        except TargetError as failure:
+            if isinstance(failure.original, (Inexpressible, Unsupported)):
+                return None
+            probe.found.add(("runs", None))
+        except ClauseMismatch as failure:
+            probe.tolerate(failure)
+        except Exception:  # an assumption, a harness failure: this case cannot tell
+            return None
+        finally:
+            if token is not None:
+                reset_configs(token)
+        return probe.found
 
     def _record(self, index: int, failure: Any, case_features: frozenset[str]) -> None:
         self.counts[index] = self.counts.get(index, 0) + 1
@@ -532,6 +638,10 @@ def _result(
         if deviations:
             message += " | also declared: " + "; ".join(d.summary for d in deviations)
         features = sorted(clause.features(failure.case)) if failure.case is not None else []
+        hint = explaining_profile(exploration, failure) if failure.status == "fail" else {}
+        if hint:
+            values = ", ".join(f"{k}={v!r}" for k, v in hint.items())
+            message += f" | the minimal case passes with profile {values}"
         return ClauseResult(
             clause.id,
             failure.status,
@@ -544,6 +654,7 @@ def _result(
             deviations=deviations,
             skipped_cases=_skipped_count(exploration),
             graded=failure.graded,
+            profile_hint=hint,
         )
     observed = any(d.observed for d in deviations)
     if exploration.all_skipped and not observed:
@@ -596,6 +707,21 @@ def _result(
     )
 
 
+def explaining_profile(exploration: _Exploration, failure: _Failure) -> dict[str, Any]:
+    """A legitimate profile value (conformance/profile_values.py) under which the failure's
+    check passes on its case, or {}: the report says so before suggesting a baseline entry,
+    and ``--write-baseline`` writes it as the entry's model."""
+    from rlconform.conformance.profile_values import alternatives
+
+    if failure.case is None or not failure.check or failure.check in ENGINE_CHECKS:
+        return {}
+    config = failure.detail.get("config") if isinstance(failure.detail, dict) else None
+    for key, value in alternatives(exploration.clause, exploration.target.profile):
+        if exploration._fails(failure.case, failure.check, config, ((key, value),)) is False:
+            return {key: value}
+    return {}
+
+
 def _deviation_result(index: int, entry: Deviation, exploration: _Exploration) -> DeviationResult:
     observation = exploration.observed.get(index)
     return DeviationResult(
@@ -603,6 +729,7 @@ def _deviation_result(index: int, entry: Deviation, exploration: _Exploration) -
         checks=list(entry.checks),
         declared_features=list(entry.features),
         declared_configs=list(entry.configs),
+        declared_model=dict(entry.model),
         observed=observation is not None,
         count=exploration.counts.get(index, 0),
         severity=feats.DOMAINS[observation.rank] if observation else None,
@@ -610,6 +737,7 @@ def _deviation_result(index: int, entry: Deviation, exploration: _Exploration) -
         observed_message=observation.message.splitlines()[0] if observation else "",
         case=observation.case if observation else None,
         observed_checks=sorted(exploration.observed_checks.get(index, ())),
+        excused_by=dict(sorted(exploration.excused_by.get(index, {}).items())),
     )
 
 
@@ -652,8 +780,11 @@ def discover_breaks(
             result = run_clause(clause, target, run_profile, device=device, seed=seed)
             if result.status not in ("fail", "error") or not result.graded or not result.check:
                 break
-            observed = result.message.split(": ", 1)[-1].splitlines()[0]
-            entry = Deviation(observed, (result.check,), cause_features(result))
+            observed = result.message.split(": ", 1)[-1].splitlines()[0].split(" | ")[0]
+            if result.profile_hint:
+                entry = Deviation(observed, (result.check,), model=result.profile_hint)
+            else:
+                entry = Deviation(observed, (result.check,), cause_features(result))
             if entry in entries:
                 break
             entries.append(entry)
@@ -667,6 +798,7 @@ def discover_breaks(
                     "checks": d.checks or d.observed_checks,
                     "features": d.declared_features,
                     "configs": d.declared_configs,
+                    "model": d.declared_model,
                     "rationale": d.rationale,
                     "severity": d.severity,
                     "observed": d.observed_message,

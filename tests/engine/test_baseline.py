@@ -180,3 +180,61 @@ def tomllib_loads(text):
     import tomllib
 
     return tomllib.loads(text)
+
+
+NOMINAL = "tests.engine.targets:nominal_grpo_target"
+
+
+def test_write_baseline_writes_a_model_when_a_profile_value_explains_the_break(tmp_path):
+    """A population std seen on ordinary cases is not written as a featureless entry (which
+    would excuse any bug of adv.grpo/advantages) but pinned by its model."""
+    written = tmp_path / "fork.toml"
+    assert main(["certify", NOMINAL, "--only", "adv.grpo", "--write-baseline", str(written)]) == 0
+    (entry,) = baseline.load(written)["adv.grpo"]
+    assert entry.checks == ("advantages",) and entry.features == ()
+    assert entry.model == (("grpo_std_ddof", 0),)
+    assert "model = { grpo_std_ddof = 0 }" in written.read_text()
+    assert main(["certify", NOMINAL, "--only", "adv.grpo", "--baseline", str(written)]) == 0
+
+
+def test_the_report_names_the_profile_value_under_which_the_minimal_case_passes(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["certify", NOMINAL, "--only", "adv.grpo", "--json", str(out)]) == 1
+    (clause,) = json.loads(out.read_text())["clauses"]
+    assert clause["profile_hint"] == {"grpo_std_ddof": 0}
+    assert "the minimal case passes with profile grpo_std_ddof=0" in clause["message"]
+
+
+def test_no_profile_hint_when_no_legitimate_value_explains_it(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["certify", EDGE, "--only", "reward.place_last", "--json", str(out)]) == 1
+    (clause,) = json.loads(out.read_text())["clauses"]
+    assert clause["profile_hint"] == {} and "passes with profile" not in clause["message"]
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("model = { grpo_std_dof = 0 }", "unknown profile key 'grpo_std_dof'"),
+        ("model = { grpo_std_ddof = [0] }", "must be a number, bool or string"),
+        ("model = 0", "must be a table"),
+    ],
+)
+def test_a_bad_model_is_a_one_line_setup_error(tmp_path, model, message):
+    path = _write(tmp_path, _VALID + model + "\n")
+    with pytest.raises(SetupError) as raised:
+        baseline.load(path)
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_model_round_trips_through_render_and_load(tmp_path):
+    row = {
+        "clause": "adv.grpo",
+        "checks": ["advantages"],
+        "features": [],
+        "rationale": "population std",
+        "model": {"grpo_std_ddof": 0, "grpo_singleton": "zero"},
+    }
+    path = _write(tmp_path, baseline.render({"name": "x", "version": "1"}, [row]))
+    (entry,) = baseline.load(path)["adv.grpo"]
+    assert dict(entry.model) == {"grpo_std_ddof": 0, "grpo_singleton": "zero"}
