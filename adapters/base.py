@@ -102,7 +102,8 @@ class Deviation:
     ``configs`` (step clauses) limits the entry to failures under those trainer configs.
     ``model`` (profile key -> value) says what the framework does instead: a covered failure
     is excused only when the same check passes on the same case with the profile so
-    overridden (``conformance/baseline.py``). ``covers`` is the scope test; the runner then
+    overridden (``conformance/baseline.py``). ``fingerprint`` pins an entry without
+    features or model to what the target returned on its minimal case. ``covers`` is the scope test; the runner then
     asks the entry's features (or model) to explain the failing case.
     """
 
@@ -112,12 +113,15 @@ class Deviation:
     scope: dataclasses.InitVar[tuple[str, ...] | None] = None
     configs: tuple[str, ...] = ()
     model: tuple[tuple[str, Any], ...] = ()
+    # (case as JSON text, digest of the target's outputs on it): conformance/fingerprint.py
+    fingerprint: tuple[str, str] | tuple[()] = ()
 
     def __post_init__(self, scope: tuple[str, ...] | None) -> None:
         object.__setattr__(self, "checks", tuple(self.checks))
         object.__setattr__(self, "configs", tuple(self.configs))
         model = self.model.items() if isinstance(self.model, Mapping) else self.model
         object.__setattr__(self, "model", tuple(sorted((str(k), v) for k, v in model)))
+        object.__setattr__(self, "fingerprint", tuple(self.fingerprint))
         features = list(self.features)
         for name in scope or ():
             for feature in _LEGACY_SCOPES.get(name, (name,)):

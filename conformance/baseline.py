@@ -31,10 +31,13 @@ still fails.
   is a new failure. Structural features (an empty batch, a group of one, a zero width: no
   "same case without it" exists) excuse a case that has them.
 - With neither (``features = []``, a break seen on ordinary cases): every failure of the
-  check. Such an entry pins nothing; ``certify --write-baseline`` therefore writes a model
-  whenever one profile value explains every observed failure of the check (the values
-  other shipped adapters use for the keys the clause reads), and the report counts how
-  each entry excused its failures (``excused_by``: ``model``, ``features``, ``presence``).
+  check. ``certify --write-baseline`` therefore writes a model whenever a legitimate
+  profile value explains the break (``conformance/profile_values.py``), and otherwise a
+  ``fingerprint`` (``conformance/fingerprint.py``): the minimal case and a digest of what
+  the target returned on it. The case is replayed on every run; when the target answers
+  it differently the clause fails, naming the entry (a second bug in the same code shows
+  there, or a fix: review the entry). The report counts how each entry excused its
+  failures (``excused_by``: ``model``, ``features``, ``presence``).
 
 Semantics are those of ``adapters.base.Deviation``: an entry must still be observed (a
 stale entry fails, named), and a failure it does not cover is a new break. ``load``
@@ -67,6 +70,7 @@ _ENTRY_KEYS = {
     "observed",
     "configs",
     "model",
+    "fingerprint",
 }
 _TOP_KEYS = {"format", "target", "version", "deviation", "note"}
 
@@ -136,12 +140,14 @@ def parse(data: Mapping[str, Any], source: str) -> Entries:
             raise SetupError(f"{where}: 'rationale' must be a non-empty string")
         configs = _strings(item.get("configs", []), f"{where}: configs")
         model = _model(item.get("model"), where)
+        pin = _fingerprint(item.get("fingerprint"), where)
         entry = Deviation(
             " ".join(rationale.split()),
             tuple(checks),
             tuple(features),
             configs=tuple(configs),
             model=model,
+            fingerprint=pin,
         )
         known = entries.setdefault(clause_id, [])
         if entry not in known:
@@ -167,6 +173,20 @@ def _model(value: Any, where: str) -> dict[str, Any]:
         if not isinstance(item, (bool, int, float, str)):
             raise SetupError(f"{where}: model value of {key!r} must be a number, bool or string")
     return dict(value)
+
+
+def _fingerprint(value: Any, where: str) -> tuple[str, str] | tuple[()]:
+    """A ``fingerprint`` table: ``case`` (JSON text) and ``digest`` (conformance/fingerprint.py)."""
+    if value is None:
+        return ()
+    ok = isinstance(value, dict) and set(value) == {"case", "digest"}
+    if not ok or not all(isinstance(v, str) for v in value.values()):
+        raise SetupError(f"{where}: 'fingerprint' must be a table with string keys case and digest")
+    try:
+        json.loads(value["case"])
+    except ValueError as exc:
+        raise SetupError(f"{where}: fingerprint case is not JSON: {exc}") from None
+    return (value["case"], value["digest"])
 
 
 def _scalar(value: Any) -> str:
@@ -235,6 +255,9 @@ def render(
         if row.get("model"):
             pairs = ", ".join(f"{k} = {_scalar(v)}" for k, v in sorted(dict(row["model"]).items()))
             lines.append(f"model = {{ {pairs} }}")
+        if row.get("fingerprint"):
+            case, digest = row["fingerprint"]
+            lines.append(f"fingerprint = {{ case = {_string(case)}, digest = {_string(digest)} }}")
         if row.get("severity"):
             lines.append(f"severity = {_string(row['severity'])}")
         if row.get("observed"):

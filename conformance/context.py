@@ -48,6 +48,8 @@ class CheckContext:
     trainer_config: str | None = None  # the step config a step clause is checking now
     # profile values that replace the target's (a baseline entry's model, a profile hint)
     profile_overrides: tuple[tuple[str, Any], ...] = ()
+    # when a list: every output the target returns is snapshotted into it (fingerprints)
+    recorder: list[Any] | None = None
     _in_place: int = 0
 
     @property
@@ -98,6 +100,8 @@ class CheckContext:
         guarded = not self._in_place
         before = snapshot((args, kwargs)) if guarded else None
         output = self._invoke(op, fn, args, kwargs)
+        if self.recorder is not None:
+            self.recorder.append(snapshot(output))
         if not guarded:
             return output
         self._purity_failure(
@@ -126,6 +130,8 @@ class CheckContext:
         args, kwargs = build()
         before = snapshot((args, _owned(kwargs)))
         result = read(self._invoke(op, fn, args, kwargs), args, kwargs)
+        if self.recorder is not None:
+            self.recorder.append(snapshot(result))
         self._purity_failure(
             op, "no_mutation", before, snapshot((args, _owned(kwargs))), "modified its input"
         )

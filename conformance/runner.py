@@ -37,7 +37,7 @@ from hypothesis.strategies import SearchStrategy
 from rlconform.adapters.base import Deviation, Inexpressible, Target, Unsupported
 from rlconform.adapters.base import deviation_entries as _entries_of
 from rlconform.conformance import features as feats
-from rlconform.conformance import neutral, phases
+from rlconform.conformance import fingerprint, neutral, phases
 from rlconform.conformance.context import CheckContext, Observer
 from rlconform.conformance.errors import ClauseMismatch, ClauseTimeout, TargetError
 from rlconform.conformance.generation import independent_of_imports
@@ -216,17 +216,39 @@ class _Exploration(Observer):
         case_features = self.ctx.case_features
         detail = getattr(failure, "detail", None)
         config = detail.get("config") if isinstance(detail, dict) else None
+        in_scope = []
         for index, entry in enumerate(self.entries):
             if not entry.covers(failure.check, case_features, config):
                 continue
+            in_scope.append(index)
             basis = self._explains(entry, failure.check, config, case_features)
-            if basis is None:
-                continue
-            self._record(index, failure, case_features)
-            by = self.excused_by.setdefault(index, {})
-            by[basis] = by.get(basis, 0) + 1
-            return True
-        return False
+            if basis is not None:
+                self._excuse(index, basis, failure, case_features)
+                return True
+        together = self._explained_together(in_scope, failure.check, config, case_features)
+        for index in together:
+            self._excuse(index, "features", failure, case_features)
+        return bool(together)
+
+    def _excuse(self, index: int, basis: str, failure: Any, case_features: frozenset) -> None:
+        self._record(index, failure, case_features)
+        by = self.excused_by.setdefault(index, {})
+        by[basis] = by.get(basis, 0) + 1
+
+    def _explained_together(
+        self, in_scope: list[int], check: str | None, config: str | None, case_features: frozenset
+    ) -> list[int]:
+        """A case that fails for two declared reasons (NaN at padding and a hole reward, each
+        its own entry) passes only without both: the entries whose features, taken out
+        together, make the case pass (none: not explained)."""
+        featured = [i for i in in_scope if self.entries[i].features and not self.entries[i].model]
+        if len(featured) < 2 or self._case is None or check is None:
+            return []
+        drop = set().union(*(set(self.entries[i].features) & case_features for i in featured))
+        without = neutral.without(self._case, drop, self.clause.features)
+        if without is None or self._fails(without, check, config) is not False:
+            return []
+        return featured
 
     def _explains(
         self, entry: Deviation, check: str | None, config: str | None, case_features: frozenset
@@ -520,7 +542,67 @@ def _run_clause(
     if failure is not None and failure.graded:
         failure, severity = _grade(clause, exploration, failure)
     _grade_entries(clause, exploration, failure)
+    changed = _changed_fingerprints(exploration)
+    if changed is not None and failure is None:
+        failure = changed
+    elif changed is not None:
+        failure = dataclasses.replace(failure, message=f"{failure.message} | {changed.message}")
     return _result(clause, target, exploration, failure, severity)
+
+
+def _changed_fingerprints(exploration: _Exploration) -> _Failure | None:
+    """Replay each fingerprinted entry's case (conformance/fingerprint.py); a failure naming
+    the entries whose case the target now answers differently, or None."""
+    changed = []
+    for entry in exploration.entries:
+        if not entry.fingerprint:
+            continue
+        text, recorded = entry.fingerprint
+        now, found = fingerprint_of(exploration, fingerprint.case_of(text))
+        if now != recorded or not any(c in entry.checks for c, _ in found or ()):
+            what = "no longer fails" if now == recorded else f"now gives {now}"
+            changed.append(
+                f"[{', '.join(entry.checks)}] {entry.rationale} ({what}; recorded {recorded})"
+            )
+    if not changed:
+        return None
+    return _Failure(
+        "fail",
+        "declared deviation changed on its recorded case (baseline fingerprint): "
+        + "; ".join(changed)
+        + ". The target's behaviour there is not what the entry was written for: review it "
+        "(certify --write-baseline writes the new fingerprint)",
+        graded=False,
+    )
+
+
+def fingerprint_of(
+    exploration: _Exploration, case: Any
+) -> tuple[str, set[tuple[str, str | None]] | None]:
+    """(digest of every output the target returns while the clause runs on ``case``, the
+    (check, config) pairs that fail there)."""
+    probe = _Failures()
+    recorded: list[Any] = []
+    ctx = CheckContext(
+        target=exploration.target,
+        device=exploration.ctx.device,
+        seed=exploration.ctx.seed,
+        clause_id=exploration.clause.id,
+        observer=probe,
+        recorder=recorded,
+    )
+    ctx.case_features = exploration.clause.features(case)
+    try:
+        exploration.clause.check(ctx, case)
+    except TargetError as failure:
+        recorded.append(f"raised {type(failure.original).__name__}")
+        probe.found.add(("runs", None))
+    except ClauseMismatch as failure:
+        probe.tolerate(failure)
+    except Exception as exc:  # the harness cannot run the case: recorded as such
+        recorded.append(f"harness {type(exc).__name__}")
+        return fingerprint.digest(recorded), None
+    return fingerprint.digest(recorded), probe.found
 
 
 def _skipped(clause: Clause, entries: list[Deviation], reason: str) -> ClauseResult:
@@ -790,7 +872,8 @@ def discover_breaks(
             entries.append(entry)
     finally:
         target.deviations = saved
-    for d in result.deviations:
+    pins = _fingerprints(clause, target, run_profile, result, device, seed)
+    for d, pin in zip(result.deviations, pins):
         if d.observed:
             rows.append(
                 {
@@ -802,9 +885,34 @@ def discover_breaks(
                     "rationale": d.rationale,
                     "severity": d.severity,
                     "observed": d.observed_message,
+                    "fingerprint": pin,
                 }
             )
     return rows
+
+
+def _fingerprints(
+    clause: Clause,
+    target: Target,
+    run_profile: RunProfile,
+    result: ClauseResult,
+    device: str,
+    seed: int | None,
+) -> list[tuple[str, str] | tuple[()]]:
+    """Per deviation of ``result``: a fingerprint of its minimal case when the entry names
+    neither features nor a model (it would pin nothing else), else ()."""
+    exploration = _Exploration(
+        clause, target, [], run_profile=run_profile, device=device, seed=seed, grading=False
+    )
+    pins: list[tuple[str, str] | tuple[()]] = []
+    for d in result.deviations:
+        if d.declared_features or d.declared_model or d.case is None:
+            pins.append(())
+            continue
+        text = fingerprint.case_text(d.case)
+        now, _ = fingerprint_of(exploration, fingerprint.case_of(text))
+        pins.append((text, now))
+    return pins
 
 
 def certify(
