@@ -298,6 +298,20 @@ class _Exploration(Observer):
             return True  # it crashes without the entry's features: not explained
         return any(c == check and (config is None or g == config) for c, g in found)
 
+    def probe_context(self, case: Any, observer: Observer, **options: Any) -> CheckContext:
+        """A fresh context for one extra run of the clause on ``case`` (explanations,
+        fingerprints): the exploration's target, device and seed, ``observer``'s verdicts."""
+        ctx = CheckContext(
+            target=self.target,
+            device=self.ctx.device,
+            seed=self.ctx.seed,
+            clause_id=self.clause.id,
+            observer=observer,
+            **options,
+        )
+        ctx.case_features = self.clause.features(case)
+        return ctx
+
     def _failures_of(
         self, case: Any, overrides: tuple, config: str | None = None
     ) -> set[tuple[str, str | None]] | None:
@@ -307,15 +321,7 @@ class _Exploration(Observer):
         from rlconform.conformance.clauses.step import reset_configs, select_configs
 
         probe = _Failures()
-        ctx = CheckContext(
-            target=self.target,
-            device=self.ctx.device,
-            seed=self.ctx.seed,
-            clause_id=self.clause.id,
-            observer=probe,
-            profile_overrides=tuple(overrides),
-        )
-        ctx.case_features = self.clause.features(case)
+        ctx = self.probe_context(case, probe, profile_overrides=tuple(overrides))
         token = select_configs([config]) if config is not None else None
         try:
             with phases.phase("explain"):
@@ -583,15 +589,7 @@ def fingerprint_of(
     (check, config) pairs that fail there)."""
     probe = _Failures()
     recorded: list[Any] = []
-    ctx = CheckContext(
-        target=exploration.target,
-        device=exploration.ctx.device,
-        seed=exploration.ctx.seed,
-        clause_id=exploration.clause.id,
-        observer=probe,
-        recorder=recorded,
-    )
-    ctx.case_features = exploration.clause.features(case)
+    ctx = exploration.probe_context(case, probe, recorder=recorded)
     try:
         exploration.clause.check(ctx, case)
     except TargetError as failure:
