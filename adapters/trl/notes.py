@@ -36,6 +36,10 @@ MINIMAL = {
         "",
     ): "s0 one unclipped token, s1 two tokens with rho = e^-0.5 < 0.8 and A < 0: TRL 1/2 (sequences), contract 2/3 (tokens)",
     ("loss.gspo", "padding_nonfinite"): NAN_PAD,
+    (
+        "loss.gspo",
+        "overflow",
+    ): "old -100 on the one action token, logp -0.5, A = -1, one padded token: the sequence ratio exp(99.5) is inf in float32, TRL's loss and gradient are not finite; contract |A| e^99.5 = 1.6e43 under TRL's profile (no clamp), finite in float64, the padded token ignored",
     ("loss.ppo_clip", "padding_nonfinite"): NAN_PAD,
     (
         "loss.ppo_clip",
@@ -81,7 +85,12 @@ MINIMAL = {
     ): "scores 0, 1, 0 in one group, lengths 1, 1 and a completion whose token is masked, one micro-batch: TRL's loss 2/3 of the contract's (.mean() over 3 rows, 2 with an action token)",
     (
         "step.update",
-        "padding_nonfinite",
+        "extreme_log_ratio",
+        "two_iterations",
+    ): "scores 0, 1 in one group, one token each, s0 old -23 and logp -1 (stale, num_iterations 2): TRL's loss |A| e^22 / 2 = 1.27e9, contract |A| e^20 / 2 = 1.7e8 (A = -1/sqrt(2))",
+    (
+        "step.update",
+        "overflow",
     ): "a NaN log-prob at a tool token (the pinned hardening example of step.update): TRL's loss and gradient NaN; the contract ignores mask-0 positions",
     (
         "step.metrics",
@@ -94,7 +103,7 @@ MINIMAL = {
     ): "entropies [1, 0] | [0] in two micro-batches: logged entropy (0.5 + 0) / 2 = 0.25, the step's token mean 1/3",
     (
         "step.metrics",
-        "padding_nonfinite",
+        "overflow",
     ): "a NaN reference log-prob at a tool token under grpo_kl: every micro-batch's kl NaN, GRPOTrainer.log drops NaN values and logs None",
     ("agg.seq_mean_token_mean", "padding_nonfinite"): MASKED_NAN,
     ("agg.seq_mean_token_sum", "padding_nonfinite"): MASKED_NAN,

@@ -196,3 +196,24 @@ def test_masked_nan_loss_poisons_the_aggregate(shell):
         num_items=torch.tensor(2),
     )
     assert math.isnan(float(loss))
+
+
+def test_sequence_ratio_overflows(shell):
+    """loss.gspo (overflow): old -100 on the one action token, logp -0.5, A = -1, a padded
+    token behind it. TRL's sequence ratio exp(99.5) is inf in float32, so the reduced loss is
+    not finite (inf, then inf * 0 at the padded token: NaN) and so is the gradient. Under
+    TRL's profile (gspo_log_ratio_max None: no clamp) the contract's loss is |A| e^99.5,
+    finite in float64, and the padded token takes no part."""
+    logps = torch.tensor([[-0.5, -0.5]], requires_grad=True)
+    loss, _, _ = _loss(
+        shell, logps, [[-100.0, -0.5]], [-1.0], [[1, 0]],
+        loss_type="dapo", importance_sampling_level="sequence",
+    )
+    assert not math.isfinite(float(loss.detach()))
+    (grad,) = torch.autograd.grad(loss, logps)
+    assert not bool(torch.isfinite(grad).all())
+    losses, _ = oracle.gspo_loss(
+        [-100.0, -0.5], [-0.5, -0.5], [-1.0, -1.0], [1, 0],
+        clip_low=0.2, clip_high=0.2, log_ratio_max=None,
+    )
+    assert losses == [pytest.approx(math.exp(99.5)), 0.0]  # contract

@@ -4,6 +4,8 @@ on a minimal batch, next to the oracle (which torchref matches under TRL's confi
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tests.step import by_hand as h
@@ -125,3 +127,15 @@ def test_reference_targets_pass_under_trls_configs(clause_id, fixture, trl, requ
     """CONTRACT step: torchref and the oracle pass under TRL's configs (a TRL finding is
     never the contract's own)."""
     h.reference_passes(request.getfixturevalue(fixture), trl.trainer_configs(), clause_id)
+
+
+def test_stale_old_log_probs_are_not_clamped(trl):
+    """Declared (step.update loss under two_iterations, extreme_log_ratio): with
+    num_iterations 2 the rollout's old log-probs are kept; s0 has old -23, logp -1
+    (log-ratio 22) and A = -1/sqrt(2). TRL's token mean is |A| e^22 / 2 = 1.27e9 (no clamp);
+    the contract's ratio is capped at exp(20): |A| e^20 / 2 = 1.7e8."""
+    samples = [_sample("s0", [1], 0.0, old=[-23.0]), _sample("s1", [1], 1.0)]
+    output, _, want = _run(trl, "two_iterations", _case(samples, [2]))
+    a = 1 / 2**0.5
+    assert output.loss == pytest.approx(a * math.exp(22.0) / 2, rel=1e-3)
+    assert want["loss"] == pytest.approx(a * math.exp(20.0) / 2, rel=1e-3)
