@@ -451,3 +451,55 @@ def test_finding_entropy_mean_of_no_valid_token_is_nan(roll):
     entropy op_compute_entropy already zeroed at the masked positions: 0 / 0."""
     value = roll.F.agg_loss(torch.zeros(1, 2), torch.zeros(1, 2), "token-mean")
     assert math.isnan(value.item())
+
+
+def test_finding_sequence_ratio_overflows_in_float32(roll):
+    """compute_train_infer_correction, weight_type "sequence": exp of the summed log-ratio.
+    Per-token log-ratios 20 and 69 (each below float32's 88.7) sum to 89: the weight is inf,
+    and the ratio filter band [0, 3] rejecting the sequence gives inf x 0 = NaN in the loss
+    (the actor multiplies the loss by is_weight and the filter mask). The contract's weight
+    for a rejected sequence is 0 (exp(89) is finite in float64)."""
+    cm = roll.config_module
+    band = cm.TrainInferFilterConfig(
+        enabled=True, agg_type="sequence", ratio_enabled=True,
+        ratio_low=-math.inf, ratio_high=3.0, diff_enabled=False,
+    )
+    config = cm.TrainInferCorrectionConfig(
+        is_weight=cm.TrainInferISWeightConfig(
+            enabled=True, weight_type="sequence", upper_bound=None, detach=True
+        ),
+        filters=[band],
+    )
+    mask = torch.tensor([[1, 1]])
+    layout = roll._layout(mask)
+    weight, keep, _ = roll.runtime.corrections.compute_train_infer_correction(
+        cfg=config,
+        response_mask=layout.tokens_to_roll(mask, fill=0),
+        old_log_probs=layout.tokens_to_roll(torch.tensor([[0.0, 0.0]]), fill=0.0),
+        infer_log_probs=layout.tokens_to_roll(torch.tensor([[-20.0, -69.0]]), fill=0.0),
+    )
+    weight = layout.tokens_from_roll(weight)
+    keep = layout.tokens_from_roll(keep)
+    assert torch.isinf(weight).all() and (keep == 0).all()
+    assert torch.isnan(weight * keep).all()
+    assert math.isfinite(math.exp(89.0)) and math.exp(89.0) > 3.0  # contract: rejected, weight 0
+
+
+def test_finding_gae_skips_whitening_for_one_action_token(roll):
+    """compute_advantage's <= 1 valid token rule disables the whitening for GAE as well:
+    one token, reward 0, V 1 keeps the raw advantage -1 (contract: whitened, 0)."""
+    masks = _sequence_masks([1], set(), 1)
+    data = _proto(
+        roll, token_level_rewards=_grid([[0.0]], 1), values=_grid([[1.0]], 1), **masks
+    )
+    data = roll.F.compute_advantage(
+        data,
+        gamma=1.0,
+        lambd=1.0,
+        adv_estimator="gae",
+        whiten_advantages=True,
+        response_mask=masks["response_mask"][:, 1:].float(),
+    )
+    assert data.batch["advantages"].tolist() == [[-1.0]]
+    advantages, _ = oracle_adv.gae([[0.0]], [[1.0]], [[1]], [True], [0.0], gamma=1.0, lam=1.0)
+    assert advantages == [[0.0]]
