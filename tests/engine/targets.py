@@ -92,3 +92,27 @@ def agg_without_token_sum(self, loss_mat, loss_mask, mode, **kwargs):
 def without_gspo_target():
     """torchref without its GSPO loss (loss.gspo is skipped)."""
     return with_overrides(TorchRef(), "no-gspo", gspo_loss=None)
+
+
+# ---- a featureless break and a second bug in the same check (baseline fingerprints) ------
+
+
+def _grpo_scaled(factor):
+    def advantage_grpo(self, token_level_rewards, response_mask, index, *args, **kwargs):
+        adv, ret = type(self).advantage_grpo(
+            self, token_level_rewards, response_mask, index, *args, **kwargs
+        )
+        return adv * factor, ret
+
+    return advantage_grpo
+
+
+def grpo_scaled_target():
+    """GRPO advantages 1.5 times the contract's on every case: a break no feature and no
+    profile value explains (a featureless entry, pinned by its fingerprint)."""
+    return with_overrides(TorchRef(), name="grpo-scaled", advantage_grpo=_grpo_scaled(1.5))
+
+
+def grpo_scaled_more_target():
+    """The same target after a second bug in the same code: 2 times, not 1.5."""
+    return with_overrides(TorchRef(), name="grpo-scaled", advantage_grpo=_grpo_scaled(2.0))

@@ -461,8 +461,12 @@ def test_finding_sequence_ratio_overflows_in_float32(roll):
     for a rejected sequence is 0 (exp(89) is finite in float64)."""
     cm = roll.config_module
     band = cm.TrainInferFilterConfig(
-        enabled=True, agg_type="sequence", ratio_enabled=True,
-        ratio_low=-math.inf, ratio_high=3.0, diff_enabled=False,
+        enabled=True,
+        agg_type="sequence",
+        ratio_enabled=True,
+        ratio_low=-math.inf,
+        ratio_high=3.0,
+        diff_enabled=False,
     )
     config = cm.TrainInferCorrectionConfig(
         is_weight=cm.TrainInferISWeightConfig(
@@ -489,9 +493,7 @@ def test_finding_gae_skips_whitening_for_one_action_token(roll):
     """compute_advantage's <= 1 valid token rule disables the whitening for GAE as well:
     one token, reward 0, V 1 keeps the raw advantage -1 (contract: whitened, 0)."""
     masks = _sequence_masks([1], set(), 1)
-    data = _proto(
-        roll, token_level_rewards=_grid([[0.0]], 1), values=_grid([[1.0]], 1), **masks
-    )
+    data = _proto(roll, token_level_rewards=_grid([[0.0]], 1), values=_grid([[1.0]], 1), **masks)
     data = roll.F.compute_advantage(
         data,
         gamma=1.0,

@@ -206,14 +206,24 @@ def test_sequence_ratio_overflows(shell):
     finite in float64, and the padded token takes no part."""
     logps = torch.tensor([[-0.5, -0.5]], requires_grad=True)
     loss, _, _ = _loss(
-        shell, logps, [[-100.0, -0.5]], [-1.0], [[1, 0]],
-        loss_type="dapo", importance_sampling_level="sequence",
+        shell,
+        logps,
+        [[-100.0, -0.5]],
+        [-1.0],
+        [[1, 0]],
+        loss_type="dapo",
+        importance_sampling_level="sequence",
     )
     assert not math.isfinite(float(loss.detach()))
     (grad,) = torch.autograd.grad(loss, logps)
     assert not bool(torch.isfinite(grad).all())
     losses, _ = oracle.gspo_loss(
-        [-100.0, -0.5], [-0.5, -0.5], [-1.0, -1.0], [1, 0],
-        clip_low=0.2, clip_high=0.2, log_ratio_max=None,
+        [-100.0, -0.5],
+        [-0.5, -0.5],
+        [-1.0, -1.0],
+        [1, 0],
+        clip_low=0.2,
+        clip_high=0.2,
+        log_ratio_max=None,
     )
     assert losses == [pytest.approx(math.exp(99.5)), 0.0]  # contract
