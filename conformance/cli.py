@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from rlconform.adapters.base import SetupError
 from rlconform.conformance.features import DOMAINS
@@ -31,6 +32,26 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rlconform", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"rlconform {_version()}")
@@ -42,6 +63,21 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument("--only", default=None, help="glob(s) of clause ids, comma-separated")
     certify.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     certify.add_argument("--seed", type=int, default=None)
+    certify.add_argument(
+        "--max-examples",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="hypothesis examples per clause (default: the run profile's; ci 25)",
+    )
+    certify.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="time limit per clause; a clause past it is 'error' (default: the run "
+        "profile's; ci 120)",
+    )
     certify.add_argument("--json", dest="json_path", default=None, metavar="PATH")
     certify.add_argument("--junit", dest="junit_path", default=None, metavar="PATH")
     certify.add_argument("--markdown", dest="markdown_path", default=None, metavar="PATH")
@@ -166,6 +202,18 @@ def _check_device(device: str) -> None:
             )
 
 
+def _with_limits(run_profile: Any, args: argparse.Namespace) -> Any:
+    """The run profile with --max-examples / --timeout applied."""
+    import dataclasses
+
+    changes: dict[str, Any] = {}
+    if getattr(args, "max_examples", None) is not None:
+        changes["max_examples"] = args.max_examples
+    if getattr(args, "timeout", None) is not None:
+        changes["clause_time_limit_s"] = args.timeout
+    return dataclasses.replace(run_profile, **changes) if changes else run_profile
+
+
 def cmd_certify(args: argparse.Namespace) -> int:
     # Light imports first: a wrong target name or baseline file is refused before torch
     # and the clauses are imported.
@@ -173,7 +221,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     from rlconform.conformance import baseline
     from rlconform.conformance.outputs import check_outputs
 
-    run_profile = get_run_profile(args.profile)
+    run_profile = _with_limits(get_run_profile(args.profile), args)
     check_spec(args.target)
     check_outputs(
         {

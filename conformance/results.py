@@ -154,6 +154,7 @@ class RunReport:
     bindings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     configs: dict[str, Any] = dataclasses.field(default_factory=dict)
     fail_on_consequence: frozenset[str] | None = None
+    run: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def summary(self) -> dict[str, int]:
@@ -213,4 +214,6 @@ class RunReport:
             data["configs"] = {name: dict(cfg) for name, cfg in self.configs.items()}
         if self.bindings:
             data["bindings"] = [dict(row) for row in self.bindings]
+        if self.run:
+            data["run"] = dict(self.run)
         return data

@@ -932,6 +932,9 @@ def certify(
     clauses = list(clauses)
     configs = trainer_config.select(target, trainer_configs)
     token = select_configs([c.name for c in configs] if trainer_configs else None)
+    from rlconform.conformance.run_record import run_record
+
+    run = run_record(target, run_profile, device=device, seed=seed)
     try:
         _prepare(clauses, target, device)
         results = []
@@ -949,6 +952,7 @@ def certify(
             header["spec_framework_path"] = target.load_framework_path
         header["profile"] = run_profile.name
         report = RunReport(target=header, clauses=results, bindings=binding_rows(target, results))
+        report.run = run
         report.configs = {c.name: c.as_json() for c in configs}
         with phases.engine_pass("grade"):
             consequence.assess(

@@ -14,8 +14,9 @@ def test_certify_torchref_exit_0_and_json_schema(tmp_path):
     out = tmp_path / "r.json"
     assert main(["certify", "torchref", "--only", "reward.place_last", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
-    # the original schema, extended by the step area's "configs" (CONTRACT §0b)
-    assert set(report) == {"target", "clauses", "summary", "configs"}
+    # the original schema, extended by the step area's "configs" (CONTRACT §0b) and what a
+    # rerun needs ("run": conformance/run_record.py)
+    assert set(report) == {"target", "clauses", "summary", "configs", "run"}
     assert set(report["configs"]) >= {"default"}
     # the fixed keys, plus how to load the target again (rlconform replay)
     assert set(report["target"]) == {"name", "version", "profile", "spec"}

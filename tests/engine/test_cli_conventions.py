@@ -3,6 +3,7 @@ and a module:attribute target importable from the current directory (as pytest d
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -41,3 +42,46 @@ def test_module_target_in_the_current_directory(tmp_path, monkeypatch):
 @pytest.mark.parametrize("spec", ["torchref", "oracle"])
 def test_registered_names_need_no_cwd(spec, capsys):
     assert main(["certify", spec, "--only", "adv.grpo"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max-examples", "0", "must be at least 1"),
+        ("--max-examples", "many", "not a whole number"),
+        ("--timeout", "-5", "must be a positive number of seconds"),
+        ("--timeout", "soon", "not a number"),
+    ],
+)
+def test_bad_limits_are_usage_errors(flag, value, message, capsys):
+    assert main(["certify", "torchref", "--only", "adv.grpo", flag, value]) == 2
+    err = capsys.readouterr().err
+    assert message in err and flag in err and "Traceback" not in err
+
+
+def test_limits_reach_the_run_and_the_report(tmp_path):
+    """--max-examples and --timeout override the run profile; the report's run key records
+    what a rerun needs."""
+    out = tmp_path / "r.json"
+    args = ["certify", "torchref", "--only", "adv.grpo", "--json", str(out), "--seed", "7"]
+    assert main([*args, "--max-examples", "3", "--timeout", "60"]) == 0
+    run = json.loads(out.read_text())["run"]
+    assert run["run_profile"] == {
+        "name": "ci",
+        "max_examples": 3,
+        "derandomize": True,
+        "clause_time_limit_s": 60.0,
+    }
+    assert run["seed"] == 7 and run["device"] == "cpu"
+    assert run["target_profile"]["grpo_std_ddof"] == 1
+    assert run["rlconform"] and run["torch"] and run["started"].endswith("+00:00")
+
+
+def test_a_clause_past_the_timeout_is_an_error(tmp_path):
+    out = tmp_path / "r.json"
+    code = main(
+        ["certify", "torchref", "--only", "adv.grpo", "--timeout", "0.001", "--json", str(out)]
+    )
+    (clause,) = json.loads(out.read_text())["clauses"]
+    assert code == 1 and clause["status"] == "error"
+    assert "timed out after 0.001 s" in clause["message"]
