@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import TextIO
 
 from rich.console import Console
@@ -23,10 +25,13 @@ _STYLES = {
 class ConsoleReporter:
     """Prints progress as clauses finish and the final table."""
 
-    def __init__(self, stream: TextIO | None = None, total: int = 0):
+    def __init__(self, stream: TextIO | None = None, total: int = 0, heartbeat_s: float = 10.0):
         self.console = Console(file=stream, highlight=False, soft_wrap=True)
         self.total = total
         self.done = 0
+        self.heartbeat_s = heartbeat_s
+        self.started = time.monotonic()
+        self._beating: tuple[threading.Event, threading.Thread] | None = None
 
     def header(self, target: dict[str, str], run_profile: str, device: str) -> None:
         self.console.print(
@@ -39,9 +44,29 @@ class ConsoleReporter:
                 self.console.print(f"  {key.replace('_', ' ')}: {escape(str(value))}")
 
     def on_start(self, clause: Clause) -> None:
-        pass
+        """Start the heartbeat: a line every ``heartbeat_s`` while the clause runs."""
+        self._stop_heartbeat()
+        stop = threading.Event()
+        thread = threading.Thread(target=self._beat, args=(clause.id, stop), daemon=True)
+        self._beating = (stop, thread)
+        thread.start()
+
+    def _beat(self, clause_id: str, stop: threading.Event) -> None:
+        began = time.monotonic()
+        while not stop.wait(self.heartbeat_s):
+            self.console.print(
+                f"      {clause_id} still running ({time.monotonic() - began:.0f} s)", style="dim"
+            )
+
+    def _stop_heartbeat(self) -> None:
+        if self._beating is not None:
+            stop, thread = self._beating
+            stop.set()
+            thread.join()
+            self._beating = None
 
     def on_result(self, result: ClauseResult) -> None:
+        self._stop_heartbeat()
         self.done += 1
         style = _STYLES[result.status]
         severity = f" ({result.severity})" if result.severity else ""
@@ -80,6 +105,7 @@ class ConsoleReporter:
             )
         if table.row_count:
             self.console.print(table)
+        self._stop_heartbeat()
         summary = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
         self.console.print(f"summary: {summary or 'no clauses'}")
         if report.nothing_ran:
@@ -102,3 +128,4 @@ class ConsoleReporter:
             self.console.print(
                 f"  root cause [{severity or '-'}] {', '.join(key) or 'ordinary case'}: {names}"
             )
+        self.console.print(f"total time: {time.monotonic() - self.started:.1f} s")

@@ -85,3 +85,23 @@ def test_a_clause_past_the_timeout_is_an_error(tmp_path):
     (clause,) = json.loads(out.read_text())["clauses"]
     assert code == 1 and clause["status"] == "error"
     assert "timed out after 0.001 s" in clause["message"]
+
+
+def test_a_long_clause_prints_a_heartbeat_and_the_run_its_total_time():
+    import io
+    import time
+
+    from rlconform.conformance.registry import get
+    from rlconform.conformance.report.console import ConsoleReporter
+    from rlconform.conformance.results import ClauseResult, RunReport
+
+    out = io.StringIO()
+    reporter = ConsoleReporter(stream=out, total=1, heartbeat_s=0.05)
+    reporter.on_start(get("adv.grpo"))
+    time.sleep(0.3)
+    reporter.on_result(ClauseResult("adv.grpo", "pass", duration_s=0.3))
+    beats = out.getvalue().count("adv.grpo still running")
+    time.sleep(0.2)  # the heartbeat stopped with the clause
+    assert out.getvalue().count("adv.grpo still running") == beats >= 2
+    reporter.final(RunReport(target={"name": "t", "version": "1"}, clauses=[]))
+    assert out.getvalue().rstrip().splitlines()[-1].startswith("total time: ")
