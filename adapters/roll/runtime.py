@@ -31,6 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from rlconform.adapters.base import SetupError
+from rlconform.adapters.dependencies import check_import_error
+
+# ROLL's own top-level package: a missing module under it is a fork's choice, any other
+# missing module is a package to install (exit 2: pip install 'rlconform[roll]')
+OWN = ("roll",)
 
 MARKER = "roll.utils.functionals"
 ROLL_URL = "https://github.com/alibaba/ROLL"
@@ -283,6 +288,7 @@ def load_runtime(framework_path: str | None = None) -> RollRuntime:
                     + _missing_message(None)
                 ) from exc
             raise SetupError(_missing_message(framework_path)) from exc
+        check_import_error("ROLL", MARKER, exc, OWN, "roll")
         raise SetupError(
             f"ROLL was found but importing {MARKER} needs the missing module {exc.name!r}: "
             f"install it (ROLL's requirements_common.txt) and retry"
@@ -299,16 +305,19 @@ def load_runtime(framework_path: str | None = None) -> RollRuntime:
         protocol = importlib.import_module("roll.distributed.scheduler.protocol")
         data_proto = protocol.DataProto
     except Exception as exc:  # noqa: BLE001 - the ops that need DataProto are then skipped
+        check_import_error("ROLL", "roll.distributed.scheduler.protocol", exc, OWN, "roll")
         error = f"{type(exc).__name__}: {exc}"
     corrections = corrections_error = None
     try:
         corrections = importlib.import_module("roll.utils.train_infer_corrections")
     except Exception as exc:  # noqa: BLE001 - the off-policy ops are then unavailable
+        check_import_error("ROLL", "roll.utils.train_infer_corrections", exc, OWN, "roll")
         corrections_error = f"{type(exc).__name__}: {exc}"
     agentic = agentic_error = None
     try:
         agentic = importlib.import_module("roll.pipeline.agentic.utils")
     except Exception as exc:  # noqa: BLE001 - the agentic-path ops then raise with this reason
+        check_import_error("ROLL", "roll.pipeline.agentic.utils", exc, OWN, "roll")
         agentic_error = f"{type(exc).__name__}: {exc}"
     root = Path(functionals.__file__).resolve().parents[2]
     version = _setup_version(root) or _installed_version()

@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from rlconform.adapters.base import Target
+from rlconform.adapters.dependencies import check_import_error
 from rlconform.adapters.slime import loader, manifest
 from rlconform.adapters.slime.manifest import SLIME_PROFILE
 from rlconform.adapters.slime.ops import (
@@ -103,6 +104,10 @@ FUNCTIONS: dict[str, tuple[str, str]] = {
         "compute_mis_weights_with_cp",
     ),
 }
+
+# slime's own top-level packages (and Megatron, which is shimmed when absent and whose
+# operations are then skipped): any other missing module is a package to install (exit 2)
+OWN_PACKAGES = ("slime", "examples", "megatron")
 
 COMPILED = ("compute_approx_kl", "compute_policy_loss", "compute_cispo_loss")
 
@@ -387,6 +392,7 @@ def _resolve(compiled: bool) -> SimpleNamespace:
             try:
                 modules[module_name] = importlib.import_module(module_name)
             except Exception as exc:  # noqa: BLE001 - recorded, its operations are skipped
+                check_import_error("slime", module_name, exc, OWN_PACKAGES, "slime")
                 modules[module_name] = None
                 fw.import_errors[module_name] = f"{type(exc).__name__}: {exc}"
         module = modules[module_name]

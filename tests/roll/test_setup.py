@@ -53,3 +53,37 @@ def test_unrelated_pypi_roll_is_exit_2(tmp_path):
     result = _certify_in_subprocess(tmp_path, pythonpath=site)
     assert result.returncode == 2, result.stderr
     assert "is not ROLL" in result.stderr and "unrelated HTTP framework" in result.stderr
+
+
+STANDIN = Path(__file__).parent / "standin"
+
+
+@pytest.mark.parametrize(
+    "module", ["roll/pipeline/agentic/utils.py", "roll/utils/train_infer_corrections.py"]
+)
+def test_a_missing_third_party_package_is_exit_2_naming_it_and_the_extra(tmp_path, module):
+    """A ROLL module importing a package this environment lacks (as the agentic utils need
+    requests) is a setup problem, never clause errors."""
+    import shutil
+
+    checkout = tmp_path / "roll-checkout"
+    shutil.copytree(STANDIN, checkout)
+    path = checkout / module
+    if not path.is_file():
+        pytest.skip(f"the stand-in has no {module}")
+    path.write_text(path.read_text() + "\nimport rlconform_absent_package_xyz  # noqa: E402, F401\n")
+    result = _certify_in_subprocess(tmp_path, "--framework-path", str(checkout))
+    assert result.returncode == 2, result.stderr
+    assert "'rlconform_absent_package_xyz'" in result.stderr
+    assert "pip install 'rlconform[roll]'" in result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_missing_package_names_only_third_party_modules():
+    from rlconform.adapters.dependencies import missing_package
+
+    assert (
+        missing_package(ModuleNotFoundError("x", name="requests.adapters"), ("roll",)) == "requests"
+    )
+    assert missing_package(ModuleNotFoundError("x", name="roll.pipeline.x"), ("roll",)) is None
+    assert missing_package(ImportError("cannot import name"), ("roll",)) is None

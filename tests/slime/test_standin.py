@@ -215,3 +215,28 @@ def test_gae_bootstrap_is_inexpressible_unless_the_profile_says_none(standin_tar
     standin_target.profile = dataclasses.replace(standin_target.profile, extra=extra)
     with pytest.raises(Inexpressible, match="bootstrap"):
         standin_target.advantage_gae(*args, **kwargs)
+
+
+def test_a_missing_third_party_package_is_exit_2_naming_it_and_the_extra(tmp_path):
+    """slime's observability modules import wandb: without it the operations they serve must
+    not be skipped silently (their baseline entries would turn stale) but refused at setup."""
+    import shutil
+
+    checkout = tmp_path / "slime-checkout"
+    shutil.copytree(STANDIN, checkout)
+    path = checkout / "slime" / "observability" / "train_metric_utils.py"
+    path.write_text(
+        path.read_text() + "\nimport rlconform_absent_package_xyz  # noqa: E402, F401\n"
+    )
+    code = (
+        "import sys\n"
+        "from rlconform.conformance.cli import main\n"
+        f"sys.exit(main(['certify', 'slime', '--framework-path', {str(checkout)!r}, "
+        "'--only', 'logprob.alignment']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "'rlconform_absent_package_xyz'" in done.stderr
+    assert "pip install 'rlconform[slime]'" in done.stderr and "Traceback" not in done.stderr

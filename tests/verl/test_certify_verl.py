@@ -8,6 +8,7 @@ line)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +49,44 @@ def test_full_certification_exits_0_with_every_declared_break_observed(tmp_path)
     bound = {row["op"] for row in report["bindings"]}
     assert bound and bound <= set(target.bindings)
     assert {"actor_loss", "gmpo_loss", "response_logprobs"} <= bound
+
+
+PUBLISHED = Path(__file__).resolve().parents[2] / "docs" / "certification"
+
+
+def _verdicts(report: dict) -> dict[str, tuple]:
+    """What a rerun must reproduce, per clause: status, severity, failing check and
+    features, and each declared entry's observation, severity and excuse counts."""
+    return {
+        c["id"]: (
+            c["status"],
+            c.get("severity"),
+            c.get("check"),
+            tuple(c.get("features") or ()),
+            tuple(
+                (tuple(d["checks"]), tuple(d["features"]), d["observed"], d.get("severity"))
+                for d in c["deviations"]
+            ),
+        )
+        for c in report["clauses"]
+    }
+
+
+@pytest.mark.slow
+def test_verdicts_are_those_of_the_published_run(tmp_path, monkeypatch):
+    """The same certify run again, at another time, from another working directory and
+    install (the published report was made in the developer's checkout): the same
+    statuses, severities and observed entries."""
+    target = load()
+    published = PUBLISHED / f"verl-{target.version}.json"
+    if not published.is_file():
+        pytest.skip(f"no published report for verl {target.version}")
+    monkeypatch.chdir(tmp_path)
+    _, report = _certify(tmp_path, "verl")
+    want = _verdicts(json.loads(published.read_text()))
+    got = _verdicts(report)
+    assert got.keys() == want.keys()
+    assert {k: v for k, v in got.items() if v != want[k]} == {}
 
 
 @pytest.mark.slow
