@@ -24,12 +24,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from rlconform.conformance.run_record import rlconform_version
 
-    try:
-        return version("rlconform")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
+    return rlconform_version()
 
 
 def _positive_int(text: str) -> int:
