@@ -153,16 +153,21 @@ def test_cli_without_slime_exits_2_with_what_to_do(tmp_path):
     assert "--framework-path" in done.stderr + done.stdout
 
 
-def test_cli_with_standin_path_runs(tmp_path):
+def _certify_checkout(tmp_path, checkout):
+    """``certify slime --framework-path CHECKOUT --only logprob.alignment`` in a subprocess."""
     code = (
         "import sys\n"
         "from rlconform.conformance.cli import main\n"
-        f"sys.exit(main(['certify', 'slime', '--framework-path', {str(STANDIN)!r}, "
+        f"sys.exit(main(['certify', 'slime', '--framework-path', {str(checkout)!r}, "
         "'--only', 'logprob.alignment']))\n"
     )
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
     )
+
+
+def test_cli_with_standin_path_runs(tmp_path):
+    done = _certify_checkout(tmp_path, STANDIN)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -228,15 +233,7 @@ def test_a_missing_third_party_package_is_exit_2_naming_it_and_the_extra(tmp_pat
     path.write_text(
         path.read_text() + "\nimport rlconform_absent_package_xyz  # noqa: E402, F401\n"
     )
-    code = (
-        "import sys\n"
-        "from rlconform.conformance.cli import main\n"
-        f"sys.exit(main(['certify', 'slime', '--framework-path', {str(checkout)!r}, "
-        "'--only', 'logprob.alignment']))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
-    )
+    done = _certify_checkout(tmp_path, checkout)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "'rlconform_absent_package_xyz'" in done.stderr
     assert "pip install 'rlconform[slime]'" in done.stderr and "Traceback" not in done.stderr

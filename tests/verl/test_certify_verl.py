@@ -80,7 +80,8 @@ def test_verdicts_are_those_of_the_published_run(tmp_path, monkeypatch):
     target = load()
     published = PUBLISHED / f"verl-{target.version}.json"
     if not published.is_file():
-        pytest.skip(f"no published report for verl {target.version}")
+        # only released versions rlconform certified have one (docs/certification)
+        pytest.skip(f"no published report to compare with for verl {target.version}")
     monkeypatch.chdir(tmp_path)
     _, report = _certify(tmp_path, "verl")
     want = _verdicts(json.loads(published.read_text()))
