@@ -12,6 +12,9 @@ from rlconform.conformance.registry import get
 from rlconform.conformance.results import ClauseResult
 from rlconform.conformance.runner import run_clause
 
+# the plugin tests run pytest in-process (tests/engine/test_plugin.py)
+pytest_plugins = ["pytester"]
+
 
 def certify_one(
     target: Target, clause_id: str, profile: str = "ci", *, grading: bool = True
