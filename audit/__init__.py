@@ -17,7 +17,13 @@ import torch
 
 from rlconform.audit.batch import build
 from rlconform.audit.clauses import AUDITS
-from rlconform.audit.config import PROFILES, get_profile, parse_config, read_config_file
+from rlconform.audit.config import (
+    PROFILES,
+    check_keys,
+    get_profile,
+    parse_config,
+    read_config_file,
+)
 from rlconform.audit.load import AuditInputError, Recorded, from_object, load
 from rlconform.audit.record import record
 from rlconform.audit.results import AuditReport, ClauseAudit, Violation
@@ -76,11 +82,14 @@ def _audit(
     started = time.perf_counter()
     chosen = get_profile(profile)
     recorded = _recorded(source, allow_unsafe_pickle)
+    check_keys(recorded.config, f"{recorded.source}: recorded config")
     raw = dict(recorded.config)
     if config is not None:
         given = config if isinstance(config, Mapping) else read_config_file(config)
+        check_keys(given, "config" if isinstance(config, Mapping) else f"--config {config}")
         raw.update(given)
     parsed, notes = parse_config(raw)
+    notes = [*recorded.notes, *notes]
     batch = build(recorded, parsed, notes)
     total = len(AUDITS) * batch.size
     done = 0

@@ -29,6 +29,9 @@ PROFILES: dict[str, str] = {
     "verl": "rlconform.adapters.verl.profile:PROFILE",
     "slime": "rlconform.adapters.slime.manifest:SLIME_PROFILE",
     "roll": "rlconform.adapters.roll.manifest:PROFILE",
+    "trl": "rlconform.adapters.trl.manifest:PROFILE",
+    "openrlhf": "rlconform.adapters.openrlhf.manifest:PROFILE",
+    "oracle": "rlconform.adapters.oracle_target:ORACLE_PROFILE",
 }
 
 # verl's adv_estimator names (and the contract's own short names) -> clause id.
@@ -104,11 +107,48 @@ class AuditConfig:
 
 
 def get_profile(name: str) -> Profile:
-    """The Profile the adapter ``name`` declares (its framework is not imported)."""
-    if name not in PROFILES:
-        raise AuditInputError(f"--profile {name!r}: choose one of {', '.join(sorted(PROFILES))}")
-    module, _, attribute = PROFILES[name].partition(":")
-    return getattr(importlib.import_module(module), attribute)
+    """The Profile ``--profile name`` names: a registered adapter's (its framework is not
+    imported), or ``module:attribute`` (a Profile, or a target or target factory whose
+    ``.profile`` is one)."""
+    if name in PROFILES:
+        module, _, attribute = PROFILES[name].partition(":")
+        return getattr(importlib.import_module(module), attribute)
+    if ":" not in name:
+        import difflib
+
+        close = difflib.get_close_matches(name, sorted(PROFILES), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise AuditInputError(
+            f"--profile {name!r}{hint}: choose one of {', '.join(sorted(PROFILES))} "
+            "or module:attribute"
+        )
+    from rlconform.adapters.registry import _cwd_importable
+
+    module_name, _, attribute = name.partition(":")
+    _cwd_importable()
+    try:
+        value = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise AuditInputError(f"--profile {name!r}: cannot load it: {exc}") from None
+    if isinstance(value, Profile):
+        return value
+    if isinstance(value, type) or (
+        not isinstance(getattr(value, "profile", None), Profile) and callable(value)
+    ):
+        try:
+            value = value()
+        except Exception as exc:
+            first = (str(exc).splitlines() or [""])[0]
+            raise AuditInputError(
+                f"--profile {name!r}: calling it raised {type(exc).__name__}: {first}"
+            ) from None
+    profile = value if isinstance(value, Profile) else getattr(value, "profile", None)
+    if not isinstance(profile, Profile):
+        raise AuditInputError(
+            f"--profile {name!r}: neither a Profile nor a target with a .profile "
+            f"(got {type(value).__name__})"
+        )
+    return profile
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -196,6 +236,58 @@ def _optional(key: str, value: Any, parse: Any, **kw: Any) -> Any:
     return None if value is None else parse(key, value, **kw)
 
 
+# key -> reader (value check); the keys below it are read elsewhere in parse_config.
+_READERS: dict[str, Any] = {
+    "gamma": lambda k, v: _number(k, v, minimum=0.0),
+    "lam": lambda k, v: _number(k, v, minimum=0.0),
+    "f_norm": _number,
+    "norm_adv_by_std_in_grpo": _flag,
+    "use_kl_in_reward": _flag,
+    "kl_coef": lambda k, v: _number(k, v),
+    "reward_gamma": lambda k, v: _number(k, v, minimum=0.0),
+    "loss_scale_factor": lambda k, v: _optional(k, v, _number),
+    "rollout_is_threshold": lambda k, v: _optional(k, v, _number),
+    "rollout_is_threshold_lower": lambda k, v: _optional(k, v, _number),
+    "dp_size": lambda k, v: _integer(k, v, minimum=1),
+    "batch_num_tokens": lambda k, v: _optional(k, v, _integer),
+    "global_batch_size": lambda k, v: _optional(k, v, _integer),
+    "rollout_n": lambda k, v: _optional(k, v, _integer, minimum=1),
+    "max_response_length": lambda k, v: _optional(k, v, _integer, minimum=1),
+    "temperature": lambda k, v: _number(k, v, minimum=0.0),
+    "top_k": _integer,
+    "top_p": lambda k, v: _number(k, v, minimum=0.0),
+    "kl_penalty": lambda k, v: _choice(k, v, sorted(ESTIMATOR_ALIASES)),
+    "reward_placement": lambda k, v: _choice(k, v, PLACEMENTS),
+    "loss_agg_mode": lambda k, v: _choice(k, v, AGG_MODES),
+    "rollout_is": lambda k, v: _optional(k, v, _choice, choices=ROLLOUT_IS_LEVELS),
+    "rollout_is_mode": lambda k, v: _choice(k, v, ROLLOUT_IS_MODES),
+}
+_OTHER_KEYS = ("adv_estimator", "n", "gdpo_reward_keys", "gdpo_reward_weights")
+_NESTED = ("rollout_correction", "kl_ctrl")
+KNOWN_KEYS = frozenset((*_READERS, *_OTHER_KEYS))
+
+
+def check_keys(raw: Mapping[str, Any], where: str) -> None:
+    """An audit config written for rlconform (flat: no ``algorithm``/``actor``/``rollout``
+    section) may hold only the keys the audit reads: a misspelt one is an error naming it
+    and the valid ones. A whole trainer config (with sections) is read for the known keys
+    and the rest is left alone."""
+    if any(isinstance(raw.get(s), Mapping) for s in _SECTIONS):
+        return
+    unknown = sorted(k for k in raw if k not in KNOWN_KEYS and k not in _NESTED)
+    if not unknown:
+        return
+    import difflib
+
+    key = unknown[0]
+    close = difflib.get_close_matches(str(key), sorted(KNOWN_KEYS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise AuditInputError(
+        f"{where}: unknown key {key!r}{hint}; the audit reads {', '.join(sorted(KNOWN_KEYS))} "
+        f"(or pass a whole trainer config with its {'/'.join(_SECTIONS)} sections)"
+    )
+
+
 def parse_config(raw: Mapping[str, Any]) -> tuple[AuditConfig, list[str]]:
     """(AuditConfig, notes) from a recorded or given config mapping (verl names)."""
     flat = flatten(raw)
@@ -216,33 +308,8 @@ def parse_config(raw: Mapping[str, Any]) -> tuple[AuditConfig, list[str]]:
         else:
             fields["estimator"] = ESTIMATORS[short]
         fields["estimator_name"] = name
-    readers: dict[str, Any] = {
-        "gamma": lambda k, v: _number(k, v, minimum=0.0),
-        "lam": lambda k, v: _number(k, v, minimum=0.0),
-        "f_norm": _number,
-        "norm_adv_by_std_in_grpo": _flag,
-        "use_kl_in_reward": _flag,
-        "kl_coef": lambda k, v: _number(k, v),
-        "reward_gamma": lambda k, v: _number(k, v, minimum=0.0),
-        "loss_scale_factor": lambda k, v: _optional(k, v, _number),
-        "rollout_is_threshold": lambda k, v: _optional(k, v, _number),
-        "rollout_is_threshold_lower": lambda k, v: _optional(k, v, _number),
-        "dp_size": lambda k, v: _integer(k, v, minimum=1),
-        "batch_num_tokens": lambda k, v: _optional(k, v, _integer),
-        "global_batch_size": lambda k, v: _optional(k, v, _integer),
-        "rollout_n": lambda k, v: _optional(k, v, _integer, minimum=1),
-        "max_response_length": lambda k, v: _optional(k, v, _integer, minimum=1),
-        "temperature": lambda k, v: _number(k, v, minimum=0.0),
-        "top_k": _integer,
-        "top_p": lambda k, v: _number(k, v, minimum=0.0),
-        "kl_penalty": lambda k, v: _choice(k, v, sorted(ESTIMATOR_ALIASES)),
-        "reward_placement": lambda k, v: _choice(k, v, PLACEMENTS),
-        "loss_agg_mode": lambda k, v: _choice(k, v, AGG_MODES),
-        "rollout_is": lambda k, v: _optional(k, v, _choice, choices=ROLLOUT_IS_LEVELS),
-        "rollout_is_mode": lambda k, v: _choice(k, v, ROLLOUT_IS_MODES),
-    }
     renamed = {"norm_adv_by_std_in_grpo": "norm_by_std"}
-    for key, read in readers.items():
+    for key, read in _READERS.items():
         if key in flat:
             fields[renamed.get(key, key)] = read(key, flat[key])
     if "n" in flat and "rollout_n" not in flat and flat["n"] is not None:

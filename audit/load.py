@@ -69,6 +69,7 @@ class Recorded:
     values: dict[str, Any]
     config: dict[str, Any]
     metrics: dict[str, Any]
+    notes: list[str] = dataclasses.field(default_factory=list)
 
 
 def load(path: str | Path, *, allow_unsafe_pickle: bool = False) -> Recorded:
@@ -132,6 +133,8 @@ def _load_torch(path: Path, allow_unsafe_pickle: bool) -> Recorded:
             warnings.simplefilter("ignore")
             obj = torch.load(path, map_location="cpu", weights_only=True, mmap=is_zip)
     except Exception as exc:
+        if allow_unsafe_pickle and not is_zip:
+            return from_object(path, "pickle", _load_plain_pickle(path))
         if not _is_unpickling_refusal(exc):
             raise AuditInputError(_unreadable(path, exc)) from None
         if not allow_unsafe_pickle:
@@ -151,6 +154,21 @@ def _load_torch_unsafe(path: Path) -> Any:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:
         raise AuditInputError(_unreadable(path, exc)) from None
+
+
+def _load_plain_pickle(path: Path) -> Any:
+    """A plain ``pickle.dump`` file (``--allow-unsafe-pickle`` only: it runs the file's code)."""
+    import pickle
+
+    try:
+        with path.open("rb") as handle:
+            return pickle.load(handle)
+    except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0][:160]
+        raise AuditInputError(
+            f"{path}: unreadable (neither a torch.save file nor a plain pickle): "
+            f"{type(exc).__name__}: {first}"
+        ) from None
 
 
 def _unreadable(path: Path, exc: BaseException) -> str:
@@ -181,7 +199,14 @@ def _load_safetensors(path: Path) -> Recorded:
         ) from None
     sidecar = path.with_suffix(".json")
     meta = _read_json(sidecar) if sidecar.exists() else {}
-    return _from_meta(path, "safetensors", tensors, meta, sidecar.name)
+    recorded = _from_meta(path, "safetensors", tensors, meta, sidecar.name)
+    if not sidecar.exists():
+        recorded.notes.append(
+            f"no sidecar {sidecar.name} beside {path.name}: no config, per-sample values or "
+            "metrics were read; the audit assumes verl's defaults (use_kl_in_reward off, no "
+            "adv_estimator): pass --config, or record with rlconform.audit.record"
+        )
+    return recorded
 
 
 def _read_json(path: Path) -> dict[str, Any]:

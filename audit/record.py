@@ -135,6 +135,22 @@ def _check_ragged(lengths: dict[str, list[int]]) -> None:
                 )
 
 
+def _check_rows(tensors: dict[str, torch.Tensor], values: dict[str, list[Any]]) -> None:
+    """Every tensor (but 0-d scalars) and every per-sample value has one row per sample."""
+    rows = {k: int(v.shape[0]) for k, v in tensors.items() if v.dim() > 0}
+    rows.update({k: len(v) for k, v in values.items()})
+    if len(set(rows.values())) <= 1:
+        return
+    anchor = next((k for k in ("attention_mask", "responses", "input_ids") if k in rows), None)
+    anchor = anchor or max(rows, key=lambda k: list(rows.values()).count(rows[k]))
+    odd = sorted(k for k, n in rows.items() if n != rows[anchor])
+    raise AuditInputError(
+        f"record: {odd[0]!r} has {rows[odd[0]]} rows, {anchor!r} has {rows[anchor]} "
+        f"(every tensor and per-sample value has one row per sample; also off: "
+        f"{', '.join(map(repr, odd[1:])) or 'none'})"
+    )
+
+
 def record(
     batch: Any,
     path: str | Path,
@@ -154,16 +170,22 @@ def record(
     if path.suffix not in SUFFIXES:
         raise AuditInputError(f"record: {path} must end in one of {', '.join(SUFFIXES)}")
     tensors, values, skipped = _collect(batch)
+    _check_rows(tensors, values)
     if skipped:
         warnings.warn(
             f"rlconform.audit.record: not recorded (not tensors or plain per-sample values): "
             f"{', '.join(sorted(skipped))}",
             stacklevel=2,
         )
+    plain_config = _plain(config) if config is not None else {}
+    if isinstance(plain_config, Mapping):
+        from rlconform.audit.config import check_keys
+
+        check_keys(plain_config, "record: config")
     meta = {
         "format": FORMAT,
         "per_sample": _json_ready("per-sample values", values),
-        "config": _json_ready("config", _plain(config) if config is not None else {}),
+        "config": _json_ready("config", plain_config),
         "metrics": _json_ready("metrics", _plain(dict(metrics or {}))),
     }
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ Exit codes of ``certify``: 0 every applicable clause passes or is a declared dev
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -140,8 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument(
         "--profile",
         default="torchref",
-        choices=["torchref", "verl", "slime", "roll"],
-        help="the framework whose legitimate choices apply (torchref: the contract's defaults)",
+        metavar="ADAPTER|module:attr",
+        help="whose legitimate choices apply: a registered adapter (torchref: the contract's "
+        "defaults; verl, slime, roll, trl, openrlhf, oracle) or module:attribute of a Profile "
+        "or of a target",
     )
     audit.add_argument("--config", default=None, metavar="FILE", help="JSON/TOML/YAML config")
     audit.add_argument("--json", dest="json_path", default=None, metavar="PATH")
@@ -501,6 +504,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (``rlconform clauses | head``): stop quietly, as a
+    process killed by SIGPIPE would (exit 141), with no traceback at interpreter exit."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 141
 
 
 def entry() -> None:

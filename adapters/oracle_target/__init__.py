@@ -23,6 +23,9 @@ from rlconform.adapters.oracle_target.reward import RewardOps
 from rlconform.adapters.oracle_target.schema import SchemaOps
 from rlconform.adapters.oracle_target.step import StepOps
 
+# The contract itself: every legitimate choice at its default, in float64.
+ORACLE_PROFILE = Profile(name="oracle", dtype="float64")
+
 
 class OracleTarget(
     SchemaOps,
@@ -48,5 +51,5 @@ class OracleTarget(
 
     def __init__(self, device: str = "cpu"):
         self.device = device
-        self.profile = Profile(name="oracle", dtype="float64")
+        self.profile = ORACLE_PROFILE
         self.deviations = {}

@@ -54,9 +54,13 @@ class ConsoleReporter:
     def _beat(self, clause_id: str, stop: threading.Event) -> None:
         began = time.monotonic()
         while not stop.wait(self.heartbeat_s):
-            self.console.print(
-                f"      {clause_id} still running ({time.monotonic() - began:.0f} s)", style="dim"
-            )
+            try:
+                self.console.print(
+                    f"      {clause_id} still running ({time.monotonic() - began:.0f} s)",
+                    style="dim",
+                )
+            except (BrokenPipeError, ValueError):  # the reader of stdout went away
+                return
 
     def _stop_heartbeat(self) -> None:
         if self._beating is not None:

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from rlconform.audit import record
+from rlconform.audit.load import FORMAT, META_KEY, AuditInputError
 from rlconform.conformance.cli import main
 from tests.audit.batches import derive, grpo_step, needs_safetensors
 
@@ -37,6 +38,42 @@ def _recorded(change: Callable[[Step], None], suffix: str = ".npz"):
         return _write(step, folder / f"step{suffix}")
 
     return write
+
+
+def _unchecked(change: Callable[[Step], None]):
+    """A file writer for a batch ``record()`` refuses (rows that disagree): the audit must
+    still refuse the file another tool wrote. The .npz is written as record() lays it out."""
+
+    def write(folder: Path) -> Path:
+        step = grpo_step()
+        change(step)
+        tensors = {k: v for k, v in step.items() if k not in ("config", "metrics")}
+        path = folder / "step.npz"
+        arrays = {k: v.numpy() for k, v in tensors.items() if isinstance(v, torch.Tensor)}
+        per_sample = {k: list(v) for k, v in tensors.items() if not isinstance(v, torch.Tensor)}
+        meta = {"format": FORMAT, "per_sample": per_sample, "config": step["config"]}
+        arrays[META_KEY] = np.array(json.dumps(meta))
+        np.savez(path, **arrays)
+        return path
+
+    return write
+
+
+def test_record_refuses_rows_that_disagree(tmp_path):
+    for key, value in (("advantages", lambda s: s["advantages"][:11]), ("uid", None)):
+        step = grpo_step()
+        step[key] = value(step) if value else step[key][:11]
+        tensors = {k: v for k, v in step.items() if k not in ("config", "metrics")}
+        with pytest.raises(AuditInputError, match=f"record: '{key}' has 11 rows, "):
+            record(tensors, tmp_path / "step.npz", config=step["config"])
+        assert not (tmp_path / "step.npz").exists()
+
+
+def test_record_refuses_a_misspelt_config_key(tmp_path):
+    step = grpo_step()
+    tensors = {k: v for k, v in step.items() if k not in ("config", "metrics")}
+    with pytest.raises(AuditInputError, match="record: config: unknown key 'lamda'"):
+        record(tensors, tmp_path / "step.npz", config={"lamda": 0.95})
 
 
 def _bytes(data: bytes, name: str = "step.pt"):
@@ -95,6 +132,24 @@ def _set(key: str, value: Callable[[Step], Any]) -> Callable[[Step], None]:
         step[key] = value(step)
 
     return change
+
+
+def _plain_pickle(folder: Path) -> Path:
+    """The clean step written with plain ``pickle`` (not torch.save)."""
+    import pickle
+
+    path = folder / "step.pkl"
+    step = grpo_step()
+    with path.open("wb") as handle:
+        pickle.dump({k: v for k, v in step.items() if k != "metrics"}, handle)
+    return path
+
+
+def _without_sidecar(folder: Path) -> Path:
+    """The clean step as .safetensors, its JSON sidecar deleted."""
+    path = _write(grpo_step(), folder / "step.safetensors")
+    path.with_suffix(".json").unlink()
+    return path
 
 
 def _config(**entries: Any) -> Callable[[Step], None]:
@@ -264,14 +319,14 @@ CORPUS: list[Any] = [
     ),
     (
         "rows mismatch",
-        _recorded(_set("advantages", lambda s: s["advantages"][:11])),
+        _unchecked(_set("advantages", lambda s: s["advantages"][:11])),
         [],
         2,
         "'advantages' has 11 rows",
     ),
     (
         "uid too short",
-        _recorded(_set("uid", lambda s: s["uid"][:11])),
+        _unchecked(_set("uid", lambda s: s["uid"][:11])),
         [],
         2,
         "'uid' has 11 entries",
@@ -341,7 +396,7 @@ CORPUS: list[Any] = [
     ),
     (
         "loss not a scalar",
-        _recorded(_set("pg_loss", lambda s: torch.zeros(2))),
+        _unchecked(_set("pg_loss", lambda s: torch.zeros(2))),
         [],
         2,
         "'pg_loss': expected one scalar",
@@ -409,6 +464,28 @@ CORPUS: list[Any] = [
         "expected a mapping",
     ),
     ("negative --max-report", _recorded(lambda s: None), ["--max-report", "-1"], 2, "--max-report"),
+    (
+        "misspelt config key",
+        _recorded(lambda s: None),
+        ["--config", "{typo}.json"],
+        2,
+        "unknown key 'gama' (did you mean 'gamma'?)",
+    ),
+    ("unknown --profile", _recorded(lambda s: None), ["--profile", "verll"], 2, "'verl'"),
+    (
+        "--profile not a profile",
+        _recorded(lambda s: None),
+        ["--profile", "rlconform.audit.config:PLACEMENTS"],
+        2,
+        "neither a Profile nor a target",
+    ),
+    (
+        "plain pickle without --allow-unsafe-pickle",
+        lambda folder: _plain_pickle(folder),
+        [],
+        2,
+        "pass --allow-unsafe-pickle if you trust the file",
+    ),
     # reported as violations (exit 1) or warnings (exit 0)
     (
         "action token at padding",
@@ -455,6 +532,34 @@ CORPUS: list[Any] = [
         "reward.place_last                [edge]",
     ),
     (
+        "whole trainer config with unread keys",
+        _recorded(lambda s: None),
+        ["--config", "{whole}.json"],
+        0,
+        "clean: 8 clause(s) checked",
+    ),
+    (
+        "plain pickle with --allow-unsafe-pickle",
+        lambda folder: _plain_pickle(folder),
+        ["--allow-unsafe-pickle"],
+        0,
+        "pickle · profile torchref · 12 samples",
+    ),
+    (
+        "--profile of a target class",
+        _recorded(lambda s: None),
+        ["--profile", "rlconform.adapters.oracle_target:OracleTarget"],
+        0,
+        "profile oracle",
+    ),
+    (
+        "safetensors without its sidecar",
+        lambda folder: _without_sidecar(folder),
+        [],
+        1,
+        "note: no sidecar step.json beside step.safetensors",
+    ),
+    (
         "NaN log-probs at padding",
         _recorded(_set("old_log_probs", _nan_padding("old_log_probs"))),
         [],
@@ -481,6 +586,13 @@ def _config_files(folder: Path, args: list[str]) -> list[str]:
         if arg.startswith("{bad}"):
             (folder / "bad.json").write_text("{bad")
             out.append(str(folder / "bad.json"))
+        elif arg.startswith("{typo}"):
+            (folder / "typo.json").write_text(json.dumps({"gama": 0.9}))
+            out.append(str(folder / "typo.json"))
+        elif arg.startswith("{whole}"):
+            whole = {"algorithm": {"gamma": 1.0, "kl_ctrl": {"type": "fixed"}}, "trainer": {"x": 1}}
+            (folder / "whole.json").write_text(json.dumps(whole))
+            out.append(str(folder / "whole.json"))
         elif arg.startswith("[list]"):
             (folder / "list.json").write_text(json.dumps([1, 2]))
             out.append(str(folder / "list.json"))
@@ -514,5 +626,5 @@ def test_bad_input(tmp_path, capsys, name, write, args, code, fragment):
 
 def test_corpus_size():
     """The README counts this corpus: keep the number there in step."""
-    assert len(CORPUS) == 52
+    assert len(CORPUS) == 60
     assert len({_name(c) for c in CORPUS}) == len(CORPUS)

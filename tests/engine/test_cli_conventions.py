@@ -105,3 +105,26 @@ def test_a_long_clause_prints_a_heartbeat_and_the_run_its_total_time():
     assert out.getvalue().count("adv.grpo still running") == beats >= 2
     reporter.final(RunReport(target={"name": "t", "version": "1"}, clauses=[]))
     assert out.getvalue().rstrip().splitlines()[-1].startswith("total time: ")
+
+
+def test_a_closed_stdout_is_no_traceback():
+    """``rlconform clauses --json | head -c 1``: the reader of stdout is gone (here before the
+    first write, so the broken pipe is certain whatever the pipe's buffer size)."""
+    import os
+    import subprocess
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", "from rlconform.conformance.cli import entry; entry()"]
+            + ["clauses", "--json"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert run.returncode == 141, run.stderr
+    assert "Traceback" not in run.stderr and "BrokenPipe" not in run.stderr, run.stderr
