@@ -171,6 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--device", default="cpu")
     clauses = sub.add_parser("clauses", help="list the contract clauses")
     clauses.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    contract = sub.add_parser(
+        "contract", help="print the contract (CONTRACT.md, shipped with the package) or a section"
+    )
+    contract.add_argument(
+        "section", nargs="?", default=None, help="a section: 0a, §0b, adv, step, 4 ..."
+    )
+    contract.add_argument("--path", action="store_true", help="print the file's path only")
     fixtures = sub.add_parser("fixtures", help="golden fixture cases")
     fixtures_sub = fixtures.add_subparsers(
         dest="fixtures_command", required=True, parser_class=_Parser
@@ -419,19 +426,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_clauses(args: argparse.Namespace) -> int:
-    from rlconform.conformance.registry import load_all
+    """The shipped catalogue (conformance/catalogue.py): no torch, no clause module."""
+    from rlconform.conformance.catalogue import load
 
-    rows = [
-        {
-            "id": c.id,
-            "area": c.area,
-            "title": c.title,
-            "statement": c.statement,
-            "checks": list(c.all_checks),
-            "features": list(c.meets),
-        }
-        for c in load_all().values()
-    ]
+    rows = load()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -444,6 +442,28 @@ def cmd_clauses(args: argparse.Namespace) -> int:
     for row in rows:
         table.add_row(row["id"], row["area"], row["title"])
     Console(soft_wrap=True).print(table)
+    return 0
+
+
+def cmd_contract(args: argparse.Namespace) -> int:
+    """The spec a report's "CONTRACT §0a" refers to, from the installed package."""
+    from rlconform.conformance.catalogue import CONTRACT, contract_section
+
+    if args.path:
+        print(CONTRACT)
+        return 0
+    text = CONTRACT.read_text(encoding="utf-8")
+    section = contract_section(text, args.section)
+    if section is None:
+        heads = [
+            line.lstrip("# ").split(" (")[0]
+            for line in text.splitlines()
+            if line[:2] in ("##", "# ")
+        ]
+        raise SetupError(
+            f"no section {args.section!r} in CONTRACT.md; sections: {', '.join(heads[1:])}"
+        )
+    print(section, end="")
     return 0
 
 
@@ -489,6 +509,7 @@ COMMANDS = {
     "replay": cmd_replay,
     "audit": cmd_audit,
     "clauses": cmd_clauses,
+    "contract": cmd_contract,
     "fixtures": cmd_fixtures,
     "docs": cmd_docs,
 }
