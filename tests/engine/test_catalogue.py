@@ -79,7 +79,8 @@ def test_reference_targets_have_every_protocol_operation():
         assert not missing, (type(target).__name__, missing)
 
 
-def test_clauses_and_contract_need_no_torch():
+def test_help_usage_errors_clauses_and_contract_need_no_torch():
+    """What keeps them under a second (benchmarks/cli_latency.py)."""
     code = (
         "import sys, contextlib, io\n"
         "from rlconform.conformance.cli import main\n"
@@ -87,6 +88,9 @@ def test_clauses_and_contract_need_no_torch():
         "    assert main(['clauses', '--json']) == 0\n"
         "    assert main(['clauses']) == 0\n"
         "    assert main(['contract', '0a']) == 0\n"
+        "    assert main(['--help']) == 0\n"
+        "with contextlib.redirect_stderr(io.StringIO()):\n"
+        "    assert main(['certify', 'torchreff']) == 2\n"
         "print(sorted(m for m in ('torch', 'hypothesis', 'numpy') if m in sys.modules))\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
