@@ -99,6 +99,10 @@ class ClauseResult:
     failure_basis: str = ""
     # a legitimate profile value under which the minimal case passes (runner.explaining_profile)
     profile_hint: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # distinct cases the clause ran (every phase: exploration, grading, replay) and the §0a
+    # features they covered
+    cases: int = 0
+    covered_features: list[str] = dataclasses.field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -118,6 +122,8 @@ class ClauseResult:
             "failure_configs": list(self.failure_configs),
             "failure_basis": self.failure_basis,
             "profile_hint": dict(self.profile_hint),
+            "cases": self.cases,
+            "covered_features": list(self.covered_features),
         }
 
     def fails_at(self, fail_on: str, consequences: frozenset[str] | None = None) -> bool:

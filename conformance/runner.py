@@ -203,6 +203,7 @@ class _Exploration(Observer):
         self._runs: dict[tuple, set[tuple[str, str | None]] | None] = {}
         self.skipped: dict[str, set[str]] = {}
         self.seen: set[str] = set()
+        self.covered: set[str] = set()  # §0a features of the cases that ran
         self.ran = 0  # cases that reached the end of the check or failed it (not skipped)
         self.ctx = CheckContext(
             target=target,
@@ -456,6 +457,7 @@ class _Exploration(Observer):
         self.seen.add(key)
         self._case = case
         ctx.case_features = self.clause.features(case) if case is not None else frozenset()
+        self.covered |= ctx.case_features
         try:
             check_once(self.clause, ctx, case)
         except TargetError as failure:
@@ -701,6 +703,21 @@ def _counterexample(clause: Clause, target: Target, failure: _Failure) -> dict[s
 
 
 def _result(
+    clause: Clause,
+    target: Target,
+    exploration: _Exploration,
+    failure: _Failure | None,
+    severity: str | None,
+) -> ClauseResult:
+    """The clause's verdict, with how many distinct cases ran and the §0a features they
+    covered (what a rerun needs to know, for a passing clause too)."""
+    result = _verdict(clause, target, exploration, failure, severity)
+    result.cases = len(exploration.seen)
+    result.covered_features = sorted(exploration.covered)
+    return result
+
+
+def _verdict(
     clause: Clause,
     target: Target,
     exploration: _Exploration,
