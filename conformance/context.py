@@ -50,6 +50,8 @@ class CheckContext:
     profile_overrides: tuple[tuple[str, Any], ...] = ()
     # when a list: every output the target returns is snapshotted into it (fingerprints)
     recorder: list[Any] | None = None
+    # when a list: every call into the target, (op, args, kwargs) as it received them
+    calls: list[tuple[str, tuple, dict]] | None = None
     _in_place: int = 0
 
     @property
@@ -97,6 +99,7 @@ class CheckContext:
         second call must return the same output (``deterministic``).
         """
         fn = getattr(self.target, op)
+        self._note_call(op, args, kwargs)
         guarded = not self._in_place
         before = snapshot((args, kwargs)) if guarded else None
         output = self._invoke(op, fn, args, kwargs)
@@ -128,6 +131,7 @@ class CheckContext:
         object), which it may update: it is not an input the purity check guards."""
         fn = getattr(self.target, op)
         args, kwargs = build()
+        self._note_call(op, args, kwargs)
         before = snapshot((args, _owned(kwargs)))
         result = read(self._invoke(op, fn, args, kwargs), args, kwargs)
         if self.recorder is not None:
@@ -146,6 +150,16 @@ class CheckContext:
                 "returned a different output on a second call",
             )
         return result
+
+    def _note_call(self, op: str, args: tuple, kwargs: dict) -> None:
+        if self.calls is None:
+            return
+        import copy
+
+        try:
+            self.calls.append((op, *copy.deepcopy((args, kwargs))))
+        except Exception:  # an argument that cannot be copied: the call is not written out
+            self.calls.append((op, (object(),), {}))
 
     def _invoke(self, op: str, fn: Any, args: tuple, kwargs: dict) -> Any:
         try:

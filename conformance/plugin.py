@@ -256,6 +256,8 @@ def _failure_text(result: Any) -> str:
     consequence = getattr(result, "consequence", None)
     if result.counterexample and "reproducer" in result.counterexample:
         text += "\n\nReproducer:\n" + result.counterexample["reproducer"]
+    if result.counterexample and "call" in result.counterexample:
+        text += "\n\nThe call that broke it:\n" + result.counterexample["call"]
     if result.traceback:
         text += "\n\n" + result.traceback
     if result.severity:

@@ -694,12 +694,38 @@ def _could_occur_at(entry: Deviation, rank: int) -> bool:
     return any(feats.domain_rank(feats.FEATURES[f].domain) <= rank for f in entry.features)
 
 
-def _counterexample(clause: Clause, target: Target, failure: _Failure) -> dict[str, Any] | None:
+def _counterexample(
+    clause: Clause, target: Target, failure: _Failure, exploration: _Exploration | None = None
+) -> dict[str, Any] | None:
     data = {key: to_jsonable(value) for key, value in failure.detail.items()}
     if failure.case is not None:
         data["case"] = to_jsonable(failure.case)
         data["reproducer"] = reproducer(clause.id, target, failure.case)
+        call = _failing_call(exploration, failure.case) if exploration is not None else None
+        if call is not None:
+            data["call"] = call
     return data or None
+
+
+def _failing_call(exploration: _Exploration, case: Any) -> str | None:
+    """The last call into the target before the clause fails on ``case`` (the call whose
+    output broke it, or that raised), as pasteable Python (conformance/call_text.py)."""
+    from rlconform.conformance.call_text import render
+
+    ctx = exploration.probe_context(case, Observer(), calls=[])
+    try:
+        with phases.phase("explain"):
+            exploration.clause.check(ctx, case)
+    except (ClauseMismatch, TargetError):
+        pass
+    except Exception:  # an assumption or a harness failure: no call to show
+        return None
+    else:
+        return None  # the case passes when replayed alone: no call to blame
+    if not ctx.calls:
+        return None
+    op, args, kwargs = ctx.calls[-1]
+    return render(exploration.target, op, args, kwargs)
 
 
 def _result(
@@ -743,7 +769,7 @@ def _verdict(
             clause.id,
             failure.status,
             message + skipped,
-            _counterexample(clause, target, failure),
+            _counterexample(clause, target, failure, exploration),
             traceback=failure.traceback,
             severity=severity,
             features=features,

@@ -79,6 +79,26 @@ class ConsoleReporter:
             f"{severity:<12} {result.duration_s:6.2f}s"
         )
 
+    def _print_calls(self, report: RunReport) -> None:
+        """For each failing clause, the call into the target that broke it, as Python to
+        paste (conformance/call_text.py)."""
+        calls = [
+            (r.id, r.counterexample["call"])
+            for r in report.clauses
+            if r.status in ("fail", "error") and r.counterexample and "call" in r.counterexample
+        ]
+        if not calls:
+            return
+        spec = report.target.get("spec") or report.target.get("name")
+        self.console.print(
+            "the calls that broke them (import numpy as np, torch; from "
+            "rlconform.adapters.registry import load_target; "
+            f"target = load_target({spec!r})):"
+        )
+        for clause_id, call in calls:
+            self.console.print(f"  {clause_id}:", soft_wrap=True)
+            self.console.print(f"    {escape(call)}", soft_wrap=True, highlight=False)
+
     def final(self, report: RunReport) -> None:
         from rlconform.conformance.report import training
 
@@ -109,6 +129,7 @@ class ConsoleReporter:
             )
         if table.row_count:
             self.console.print(table)
+        self._print_calls(report)
         self._stop_heartbeat()
         summary = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
         self.console.print(f"summary: {summary or 'no clauses'}")
