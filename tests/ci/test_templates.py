@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -140,6 +141,23 @@ def test_fork_workflow_regenerate_then_certify_with_the_committed_baseline(tmp_p
     baseline = (fork / "rlconform-baseline.toml").read_text()
     assert 'clause = "reward.place_last"' in baseline and '"empty_response"' in baseline
 
+    # the fork reviews the entry (its own rationale) and regenerates: the review survives
+    path = fork / "rlconform-baseline.toml"
+    reviewed = re.sub(
+        r'rationale = ".*"', 'rationale = "reviewed: verl writes column -1"', baseline
+    )
+    assert reviewed != baseline
+    path.write_text(reviewed)
+    again = _run(
+        "rlconform-certify.sh",
+        fork,
+        RLC_TARGET="tests.engine.targets:edge_reward_target",
+        RLC_WRITE_BASELINE="rlconform-baseline.toml",
+        **common,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert 'rationale = "reviewed: verl writes column -1"' in path.read_text()
+
     inherited = _run(
         "rlconform-certify.sh", fork, RLC_TARGET="tests.engine.targets:edge_reward_target", **common
     )
@@ -170,3 +188,24 @@ def test_fork_workflow_regenerate_then_certify_with_the_committed_baseline(tmp_p
         **common,
     )
     assert lenient.returncode == 0, lenient.stdout + lenient.stderr
+
+
+def test_pytest_plugin_script_applies_the_fork_baseline(tmp_path):
+    """The plugin route reads the same committed baseline as the certify script."""
+    fork = tmp_path / "fork"
+    fork.mkdir()
+    env = {"RLC_ONLY": "reward.place_last", "RLC_OUT": "out"}
+    target = "tests.engine.targets:edge_reward_target"
+    written = _run(
+        "rlconform-certify.sh",
+        fork,
+        RLC_TARGET=target,
+        RLC_WRITE_BASELINE="rlconform-baseline.toml",
+        **env,
+    )
+    assert written.returncode == 0, written.stdout + written.stderr
+    run = _run("pytest-plugin.sh", fork, RLC_TARGET=target, **env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
+    (fork / "rlconform-baseline.toml").unlink()
+    assert _run("pytest-plugin.sh", fork, RLC_TARGET=target, **env).returncode == 1
