@@ -3,7 +3,7 @@ the tensors it received), for the console, the plugin and the JSON report.
 
 ``render(target, op, args, kwargs)`` names every argument by the operation's signature and
 writes tensors as ``torch.tensor([...], dtype=torch.float32)`` (NaN and infinities as
-``float("nan")`` ...) and numpy arrays as ``np.array([...], dtype=...)``: paste after
+``float('nan')`` ...) and numpy arrays as ``np.array([...], dtype=...)``: paste after
 ``import numpy as np, torch`` with ``target`` the loaded target. Arguments that are not tensors, numbers, strings or containers of
 them (a framework's batch object) cannot be written so: the result is None and the report
 keeps only the ``replay`` reproducer.
@@ -12,11 +12,12 @@ keeps only the ``replay`` reproducer.
 from __future__ import annotations
 
 import inspect
-import math
 from typing import Any
 
 import numpy as np
 import torch
+
+from rlconform.conformance.literal import to_literal
 
 # beyond this a pasted call is no longer a thing a user reads
 MAX_CHARS = 6000
@@ -57,6 +58,12 @@ def _named(fn: Any, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
 
 
 def _value(value: Any) -> str:
+    return to_literal(value, leaf=_array_text)
+
+
+def _array_text(value: Any) -> str | None:
+    """Tensors and numpy values as constructor calls; plain values left to to_literal; any
+    other object cannot be written."""
     if isinstance(value, torch.Tensor):
         dtype = str(value.dtype).replace("torch.", "")
         return f"torch.tensor({_value(value.detach().cpu().tolist())}, dtype=torch.{dtype})"
@@ -65,21 +72,6 @@ def _value(value: Any) -> str:
         return f"np.array({_value(value.tolist())}, dtype={dtype})"
     if isinstance(value, np.generic):
         return _value(value.item())
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return repr(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return 'float("nan")'
-        if math.isinf(value):
-            return 'float("inf")' if value > 0 else 'float("-inf")'
-        return repr(value)
-    if isinstance(value, int):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    if isinstance(value, tuple):
-        inner = ", ".join(_value(v) for v in value)
-        return f"({inner},)" if len(value) == 1 else f"({inner})"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_value(k)}: {_value(v)}" for k, v in value.items()) + "}"
+    if value is None or isinstance(value, (bool, int, float, str, list, tuple, dict)):
+        return None
     raise _Unwritable(type(value).__name__)

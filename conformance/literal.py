@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 
-def to_literal(value: Any) -> str:
-    """A Python expression that evaluates back to ``value`` (floats exactly, via repr)."""
+def to_literal(value: Any, leaf: Callable[[Any], str | None] | None = None) -> str:
+    """A Python expression that evaluates back to ``value`` (floats exactly, via repr).
+    ``leaf(value)``, when given, writes the values it knows (tensors: call_text.py) and
+    returns None for the rest."""
+    written = leaf(value) if leaf is not None else None
+    if written is not None:
+        return written
     if isinstance(value, float):
         if math.isnan(value):
             return "float('nan')"
@@ -15,11 +21,12 @@ def to_literal(value: Any) -> str:
             return "float('inf')" if value > 0 else "-float('inf')"
         return repr(value)
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{to_literal(k)}: {to_literal(v)}" for k, v in value.items()) + "}"
+        items = (f"{to_literal(k, leaf)}: {to_literal(v, leaf)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
     if isinstance(value, list):
-        return "[" + ", ".join(to_literal(v) for v in value) + "]"
+        return "[" + ", ".join(to_literal(v, leaf) for v in value) + "]"
     if isinstance(value, tuple):
-        inner = ", ".join(to_literal(v) for v in value)
+        inner = ", ".join(to_literal(v, leaf) for v in value)
         return "(" + inner + ("," if len(value) == 1 else "") + ")"
     return repr(value)
 

@@ -50,7 +50,7 @@ def test_values_are_written_as_python():
         {"flags": {"a": (True,)}},
     )
     assert text == (
-        'target.op(x=torch.tensor([float("nan"), float("inf")], dtype=torch.float32), '
+        "target.op(x=torch.tensor([float('nan'), float('inf')], dtype=torch.float32), "
         "y=np.array([1, 2], dtype=np.int64), flags={'a': (True,)})"
     )
     assert render(Target(), "op", (object(), 1), {}) is None  # not writable: no call
