@@ -82,7 +82,6 @@ def _audit(
     started = time.perf_counter()
     chosen = get_profile(profile)
     recorded = _recorded(source, allow_unsafe_pickle)
-    check_keys(recorded.config, f"{recorded.source}: recorded config")
     raw = dict(recorded.config)
     if config is not None:
         given = config if isinstance(config, Mapping) else read_config_file(config)

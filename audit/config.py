@@ -268,12 +268,14 @@ KNOWN_KEYS = frozenset((*_READERS, *_OTHER_KEYS))
 
 
 def check_keys(raw: Mapping[str, Any], where: str) -> None:
-    """An audit config written for rlconform (flat: no ``algorithm``/``actor``/``rollout``
-    section) may hold only the keys the audit reads: a misspelt one is an error naming it
-    and the valid ones. A whole trainer config (with sections) is read for the known keys
-    and the rest is left alone."""
-    if any(isinstance(raw.get(s), Mapping) for s in _SECTIONS):
-        return
+    """A ``--config`` written for the audit (flat: no ``algorithm``/``actor``/``rollout``
+    section, no ``_target_`` of a verl config object) may hold only the keys the audit
+    reads: a misspelt one is an error naming it and the valid ones. A trainer's own config
+    (with sections, or a verl config object such as ``AlgoConfig``, flat but carrying
+    ``_target_``) is read for the known keys and the rest is left alone. A recorded config is
+    the trainer's and is never checked this way."""
+    if any(isinstance(raw.get(s), Mapping) for s in _SECTIONS) or "_target_" in raw:
+        return  # a trainer's config (sections, or a verl config object's `_target_`)
     unknown = sorted(k for k in raw if k not in KNOWN_KEYS and k not in _NESTED)
     if not unknown:
         return

@@ -178,10 +178,6 @@ def record(
             stacklevel=2,
         )
     plain_config = _plain(config) if config is not None else {}
-    if isinstance(plain_config, Mapping):
-        from rlconform.audit.config import check_keys
-
-        check_keys(plain_config, "record: config")
     meta = {
         "format": FORMAT,
         "per_sample": _json_ready("per-sample values", values),

@@ -69,11 +69,23 @@ def test_record_refuses_rows_that_disagree(tmp_path):
         assert not (tmp_path / "step.npz").exists()
 
 
-def test_record_refuses_a_misspelt_config_key(tmp_path):
+def test_a_verl_config_object_is_recorded_and_audited_whole(tmp_path, capsys):
+    """verl's AlgoConfig (flat, with `_target_` and keys the audit does not read) is the
+    trainer's config: recorded as it is, and accepted as --config too."""
     step = grpo_step()
     tensors = {k: v for k, v in step.items() if k not in ("config", "metrics")}
-    with pytest.raises(AuditInputError, match="record: config: unknown key 'lamda'"):
-        record(tensors, tmp_path / "step.npz", config={"lamda": 0.95})
+    algo = {
+        "_target_": "verl.trainer.config.AlgoConfig",
+        **step["config"],
+        "use_pf_ppo": False,
+        "filter_groups": None,
+    }
+    path = record(tensors, tmp_path / "step.npz", config=algo, metrics=step["metrics"])
+    config = tmp_path / "algo.json"
+    config.write_text(json.dumps(algo))
+    assert main(["audit", str(path)]) == 0
+    assert main(["audit", str(path), "--config", str(config)]) == 0
+    assert "unknown key" not in capsys.readouterr().err
 
 
 def _bytes(data: bytes, name: str = "step.pt"):
