@@ -93,9 +93,13 @@ def pytest_configure(config: Any) -> None:
 def _take_positional_selection(config: Any) -> None:
     """Positional ``rlconform`` / ``rlconform::CLAUSE`` arguments are a clause selection,
     not paths: moved from ``config.args`` into ``--rlc-only``."""
+    from pathlib import Path
+
     wanted, rest = [], []
     for arg in config.args:
-        if arg == PREFIX or arg.startswith(PREFIX + "::"):
+        if Path(config.invocation_params.dir, arg.split("::")[0]).exists():
+            rest.append(arg)  # a real path that happens to be named rlconform
+        elif arg == PREFIX or arg.startswith(PREFIX + "::"):
             wanted.append(arg[len(PREFIX) + 2 :] or "*")
         else:
             rest.append(arg)

@@ -105,6 +105,10 @@ def test_plugin_items_have_selectable_node_ids_and_true_collection_counts(pytest
     positional = _inprocess(pytester, "--rlc-target", "torchref", "rlconform::reward.place_last")
     assert positional.returncode == 0, positional.stdout + positional.stderr
     assert "1 passed" in positional.stdout
+    folder = pytester.mkdir("rlconform")  # a real folder of that name stays a path
+    (folder / "test_own.py").write_text("def test_own():\n    pass\n")
+    own = _inprocess(pytester, "rlconform")
+    assert own.returncode == 0 and "1 passed" in own.stdout, own.stdout + own.stderr
 
 
 def test_plugin_last_failed_reruns_only_the_failed_clause(pytester):
