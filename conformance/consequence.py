@@ -10,7 +10,8 @@ entry a consequence and the trainer configs under which it has it:
   a valid input) is ``crash`` when a config runs the operation.
 - measured, for every other check of an operation: no declared config runs the clause's
   operations -> ``unreached``; otherwise step.update is searched under each config that runs
-  them, on cases of the finding's severity domain that carry the features that cause it.
+  them, on cases of the finding's severity domain that carry the features that cause it
+  (a finding about one aggregation mode: under the configs that aggregate with it).
   A case whose first diverging stage is one of this operation's stages -> ``update`` under
   that config; every such case passing under every config that runs the operation ->
   ``contained`` (the trainer masks the wrong values away before any loss).
@@ -28,7 +29,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 
 from rlconform.conformance.context import CheckContext
-from rlconform.conformance.errors import ClauseMismatch, TargetError
+from rlconform.conformance.errors import BindingDefect, ClauseMismatch, TargetError
 from rlconform.conformance.features import FEATURES, restricted
 from rlconform.conformance.generation import independent_of_imports
 from rlconform.conformance.results import BROKEN, ClauseResult, RunReport
@@ -106,6 +107,20 @@ def ops_of(clause: Any, check: str | None, target: Any) -> set[str]:
     from rlconform.conformance.runner import _probed_ops
 
     return set(_probed_ops(clause.id, target))
+
+
+def agg_mode(clause_id: str, case: Any = None) -> str | None:
+    """The aggregation mode a finding of ``clause_id`` is about, where it is one: a mode
+    clause's own (``agg.seq_mean_token_sum_norm`` -> ``seq-mean-token-sum-norm``), the case's
+    for ``agg.shard_invariance``; None for every other clause. Only a config that aggregates
+    with that mode runs the broken code: under another, a divergence of the step at a loss
+    stage is some other operation's."""
+    if not clause_id.startswith("agg."):
+        return None
+    if clause_id == "agg.shard_invariance":
+        mode = case.get("mode") if isinstance(case, dict) else None
+        return mode if isinstance(mode, str) else None
+    return clause_id.removeprefix("agg.").replace("_", "-")
 
 
 def _check_under(clause_id: str) -> Any:
@@ -196,6 +211,7 @@ def measured(
     configs: Sequence[Any],
     device: str,
     seed: int,
+    case: Any = None,
 ) -> tuple[str | None, list[str], str]:
     """(consequence, configs, basis) of a finding of ``clause`` on the step."""
     from rlconform.conformance.clauses.step import STAGE_OPS, STEP_FEATURES
@@ -207,6 +223,11 @@ def measured(
     if not running:
         names = ", ".join(sorted(ops))
         return "unreached", [], f"no trainer config runs {names}"
+    mode = agg_mode(clause.id, case)
+    if mode is not None:
+        running = [c for c in running if c.resolved["loss_agg_mode"] == mode]
+        if not running:
+            return "unreached", [], f"no trainer config aggregates with loss_agg_mode {mode!r}"
     domain = severity or "hardening"
     cause = (
         frozenset(f for f in features if FEATURES[f].domain == domain) if features else frozenset()
@@ -266,9 +287,11 @@ def _failing_configs(
     configs: Sequence[Any],
     device: str,
     seed: int,
+    elsewhere: dict[str, str] | None = None,
 ) -> list[str]:
     """The configs under which ``case`` fails one of ``checks`` of step clause
-    ``clause_id`` (``runs``: the step raises)."""
+    ``clause_id`` (``runs``: the step raises); ``elsewhere`` collects the configs under
+    which it fails first at another check (config -> check)."""
     from rlconform.conformance.clauses import step as step_clauses
 
     if case is None:
@@ -283,14 +306,18 @@ def _failing_configs(
         ctx = CheckContext(target=target, device=device, seed=seed, clause_id=clause_id)
         try:
             check_under(ctx, case, config)
-        except step_clauses.RefusedByProfile:
-            continue
+        except (step_clauses.RefusedByProfile, BindingDefect):
+            continue  # refused, or the binding broke: says nothing about this config
         except ClauseMismatch as failure:
             if not wanted or failure.check in wanted:
                 failing.append(config.name)
+            elif elsewhere is not None:
+                elsewhere[config.name] = failure.check or "step"
         except TargetError:
             if not wanted or "runs" in wanted:
                 failing.append(config.name)
+            elif elsewhere is not None:
+                elsewhere[config.name] = "runs"
     return failing
 
 
@@ -312,20 +339,23 @@ def judge(
     run_anywhere = not configs or bool(ops & set().union(*(c.ops for c in configs)))
     kind = definitional(clause.id, check)
     if clause.area == "step":
+        elsewhere: dict[str, str] = {}
         failing = _failing_configs(
-            clause.id, case, checks or (check,), target, configs, device, seed
+            clause.id, case, checks or (check,), target, configs, device, seed, elsewhere
         )
         if failed_config is not None and failed_config not in failing:
             failing.insert(0, failed_config)
-        return (
-            kind,
-            failing or names,
-            (
-                f"{clause.id} fails on the finding's case under these configs"
-                if failing
-                else f"{clause.id}: the finding's case was not replayed"
-            ),
-        )
+        if failing:
+            return kind, failing, f"{clause.id} fails on the finding's case under these configs"
+        if elsewhere:  # the case diverges first at an earlier check (declared on its own)
+            first = ", ".join(sorted(set(elsewhere.values())))
+            return (
+                kind,
+                list(elsewhere),
+                f"{clause.id}: the finding's case fails first at {first} under these configs",
+            )
+        basis = "was not replayed" if case is None else "passed on replay"
+        return kind, names, f"{clause.id}: the finding's case {basis}"
     if kind is not None:
         if not run_anywhere:
             return "unreached", [], f"no trainer config runs {', '.join(sorted(ops))}"
@@ -334,7 +364,10 @@ def judge(
         if not run_anywhere:
             return "unreached", [], f"no trainer config runs {', '.join(sorted(ops))}"
         return "crash", names, "the operation raises on a valid input"
-    return measured(clause, check, severity, features, target, configs, device, seed)
+    try:
+        return measured(clause, check, severity, features, target, configs, device, seed, case)
+    except BindingDefect as defect:
+        return None, [], f"undetermined: the step's binding failed ({defect.summary})"
 
 
 def assess(
@@ -382,6 +415,8 @@ def _assess(
         key += (tuple(scope),)
         if clause.area == "step":
             key += (repr(case),)
+        elif agg_mode(clause.id, case) is not None:
+            key += (agg_mode(clause.id, case),)
         if key not in cache:
             # an entry scoped to configs is a break of those configs: judged under them only
             under = [c for c in configs if c.name in scope] if scope else configs

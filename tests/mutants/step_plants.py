@@ -113,3 +113,32 @@ def doubled_under_two_configs(orig, batch, config, state=None):
     if config.name == "rloo_kl_loss" and batch.entropy.grad is not None:
         batch.entropy.grad.zero_()
     return output
+
+
+def agg_seq_mean_token_sum_doubled(
+    orig,
+    loss_mat,
+    loss_mask,
+    mode,
+    dp_size=1,
+    batch_num_tokens=None,
+    global_batch_size=None,
+    loss_scale_factor=None,
+):
+    """seq-mean-token-sum doubled; every other mode right."""
+    value = orig.agg_loss(
+        loss_mat,
+        loss_mask,
+        mode,
+        dp_size=dp_size,
+        batch_num_tokens=batch_num_tokens,
+        global_batch_size=global_batch_size,
+        loss_scale_factor=loss_scale_factor,
+    )
+    return 2 * value if mode == "seq-mean-token-sum" else value
+
+
+def value_loss_doubled(orig, *args, **kwargs):
+    """The critic's loss doubled (a break of value_loss, not of any aggregation mode)."""
+    loss, *rest = orig.value_loss(*args, **kwargs)
+    return (2 * loss, *rest)

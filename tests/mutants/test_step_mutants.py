@@ -143,3 +143,38 @@ def test_a_declared_break_under_one_config_does_not_hide_another():
     (result,) = report.clauses
     assert (result.status, result.check) == ("fail", "entropy_gradient"), result.message
     assert "rloo_kl_loss" in result.message
+
+
+def _mode_finding(target, configs):
+    from rlconform.adapters.base import with_overrides
+
+    if configs is not None:
+        every = {c.name: c for c in target.trainer_configs()}
+        target = with_overrides(
+            target, target.name, trainer_configs=lambda self: [every[n] for n in configs]
+        )
+    report = certify(target, select("agg.seq_mean_token_sum"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert result.status == "fail", result.message
+    return result
+
+
+def test_an_aggregation_mode_break_is_judged_under_the_configs_with_that_mode():
+    """A seq-mean-token-sum break changes the update only where a config aggregates with it,
+    even when another operation's break (the critic loss doubled) makes the step diverge at
+    a loss stage under the other configs (ppo_gae's token-mean value loss)."""
+    target = m.mutant(
+        "mode-and-critic",
+        agg_loss=m.agg_seq_mean_token_sum_doubled,
+        value_loss=m.value_loss_doubled,
+    )
+    result = _mode_finding(target, None)
+    assert result.consequence == "update", result.consequence_basis
+    assert result.configs == ["reinforce_pp_baseline_token_sum"]
+
+
+def test_an_aggregation_mode_no_config_uses_is_unreached():
+    target = m.mutant("mode-only", agg_loss=m.agg_seq_mean_token_sum_doubled)
+    result = _mode_finding(target, ["default", "ppo_gae"])
+    assert result.consequence == "unreached", result.consequence_basis
+    assert "seq-mean-token-sum" in result.consequence_basis
