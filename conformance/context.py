@@ -20,7 +20,12 @@ import torch
 from rlconform.adapters.base import Profile, Target
 from rlconform.conformance import phases
 from rlconform.conformance.compare import Tolerance, tolerance_for
-from rlconform.conformance.errors import ClauseMismatch, TargetError
+from rlconform.conformance.errors import (
+    BindingDefect,
+    ClauseMismatch,
+    TargetError,
+    binding_defect,
+)
 from rlconform.conformance.harness import torch_dtype
 from rlconform.conformance.snapshot import describe, first_difference, snapshot
 
@@ -166,6 +171,9 @@ class CheckContext:
             with phases.phase("target"):
                 output = fn(*args, **kwargs)
         except Exception as exc:  # the implementation's failure, whatever its type
+            why = binding_defect(exc)
+            if why is not None:  # ... unless rlconform's own binding broke
+                raise BindingDefect(op, exc, why) from exc
             raise TargetError(op, exc) from exc
         self.returned += 1
         return output

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import traceback
+from pathlib import Path
 from typing import Any
 
 from rlconform.oracle.errors import ContractError
 
-__all__ = ["ClauseMismatch", "ClauseTimeout", "ContractError", "TargetError"]
+__all__ = [
+    "BindingDefect",
+    "ClauseMismatch",
+    "ClauseTimeout",
+    "ContractError",
+    "TargetError",
+    "binding_defect",
+]
 
 
 class ClauseMismatch(AssertionError):
@@ -47,3 +55,44 @@ class TargetError(Exception):
 
 class ClauseTimeout(Exception):
     """A clause ran past its time limit (status ``error``)."""
+
+
+class BindingDefect(Exception):
+    """An operation raised because rlconform's own binding is broken, not the implementation
+    (status ``error``, ungraded, never a finding of the framework and never excusable by a
+    baseline): a module the binding imports is missing, or a shipped adapter's own code
+    looked up a name or attribute that does not exist (a framework API it was not written
+    for)."""
+
+    def __init__(self, op: str, exc: BaseException, why: str):
+        summary = f"{op}: {why}: {type(exc).__name__}: {exc}".splitlines()[0]
+        super().__init__(summary)
+        self.op = op
+        self.original = exc
+        self.summary = summary
+
+
+_ADAPTERS = Path(__file__).resolve().parent.parent / "adapters"
+
+
+def _raised_in_adapter(exc: BaseException) -> bool:
+    """The innermost frame of ``exc``'s traceback is in a shipped adapter's module."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    try:
+        return Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(_ADAPTERS)
+    except (OSError, ValueError):
+        return False
+
+
+def binding_defect(exc: BaseException) -> str | None:
+    """Why ``exc``, raised by an operation, is a defect of the binding rather than a break of
+    the implementation; None when it is the implementation's own failure."""
+    if isinstance(exc, ImportError):
+        return "a module the binding imports is missing (install the target's extra)"
+    if isinstance(exc, AttributeError | NameError) and _raised_in_adapter(exc):
+        return "the adapter's own code failed (a framework API it does not know)"
+    return None

@@ -39,7 +39,12 @@ from rlconform.adapters.base import deviation_entries as _entries_of
 from rlconform.conformance import features as feats
 from rlconform.conformance import fingerprint, neutral, phases
 from rlconform.conformance.context import CheckContext, Observer
-from rlconform.conformance.errors import ClauseMismatch, ClauseTimeout, TargetError
+from rlconform.conformance.errors import (
+    BindingDefect,
+    ClauseMismatch,
+    ClauseTimeout,
+    TargetError,
+)
 from rlconform.conformance.generation import independent_of_imports
 from rlconform.conformance.literal import to_jsonable, to_literal
 from rlconform.conformance.profiles import RunProfile
@@ -390,6 +395,15 @@ class _Exploration(Observer):
             )
         if isinstance(failure, ClauseTimeout):
             return _Failure("error", str(failure), graded=False)
+        if isinstance(failure, BindingDefect):
+            return _Failure(
+                "error",
+                f"binding defect, not a finding of the target: {failure.summary}",
+                traceback="".join(
+                    tb.format_exception(type(failure), failure, failure.__traceback__)
+                ),
+                graded=False,
+            )
         return _Failure(
             "error",
             f"harness error: {type(failure).__name__}: {failure}".splitlines()[0],
