@@ -367,6 +367,22 @@ RELEASE_0_8 = Release(
         "place_reward_last": _binding(
             [f"{_AGENT}.AgentLoopWorker._postprocess"], f"{V0} (agent loop, streaming reward)"
         ),
+        "train_step": _binding(
+            [
+                f"{_AGENT}.AgentLoopWorker._postprocess",
+                f"{_RT}.apply_kl_penalty",
+                f"{_CORE}.get_kl_controller",
+                f"{_RT}.compute_advantage",
+                "verl.workers.engine.utils.prepare_micro_batches",
+                f"{_LOSSES}.value_loss",
+                f"{_LOSSES}.ppo_loss",
+                "verl.utils.metric.utils.Metric.aggregate_dp",
+                "verl.utils.metric.reduce_metrics",
+            ],
+            f"{V0} with the {ENGINE} (fit: apply_kl_penalty, compute_advantage, "
+            "_update_critic, _update_actor; left_right_2_no_padding's loss fields, the engine's "
+            "micro-batch loop and batch_num_tokens bookkeeping transcribed)",
+        ),
     },
     baseline="verl-0.8.0.toml",
     profile_name="verl-0.8.0",

@@ -102,13 +102,33 @@ class V0StepOps(StepOps):
 
     def train_step(self, batch: StepBatch, config: TrainerConfig, state: Any = None) -> StepOutput:
         """step.update: one step of ``RayPPOTrainer.fit`` on ``batch`` (module docstring)."""
+        from verl import DataProto
+
+        micro = _split(batch.micro_batches)
+        data, controller, metrics, full = self._fit_advantage(batch, config, state)
+        cfg = config.resolved
+        two = DataProto.concat([data, data])  # a copy of the step's mini-batch, then the step's
+        value_loss = None
+        if cfg["critic"]:
+            value_loss, critic_metrics = self._v0_critic(config, two, batch, micro, full)
+            metrics.update(critic_metrics)
+        loss, actor_metrics = self._v0_actor(config, two, batch, micro, full)
+        metrics.update(actor_metrics)
+        return self._fit_output(batch, config, data, controller, metrics, loss, value_loss)
+
+    def _fit_advantage(
+        self, batch: StepBatch, config: TrainerConfig, state: Any
+    ) -> tuple[Any, Any, dict[str, float], int]:
+        """``fit`` up to the workers' update: the agent loop's padded batch (responses padded
+        to ``data.max_response_length``), ``apply_kl_penalty`` with the carried controller
+        when ``use_kl_in_reward``, ``compute_advantage`` with the trainer's arguments.
+        Returns the DataProto, the controller, the KL metrics and the padded width."""
         from tensordict import TensorDict
         from verl import DataProto
 
         rows = len(batch.uids)
         if rows == 0:
             raise Inexpressible("a mini-batch of no samples: the trainer never updates on one")
-        micro = _split(batch.micro_batches)
         verl_config = self._verl_config(config)
         cfg = config.resolved
         algo = verl_config.algorithm
@@ -121,6 +141,7 @@ class V0StepOps(StepOps):
 
         rm_scores = self.place_reward_last(batch.scores, batch.response_mask, batch.loss_mask)
         tensors = {
+            "prompts": torch.zeros((rows, 1), dtype=torch.long),
             "responses": torch.zeros((rows, full), dtype=torch.long),
             "response_mask": wide(batch.loss_mask.detach()),
             "attention_mask": torch.cat(
@@ -155,13 +176,20 @@ class V0StepOps(StepOps):
             config=algo,
         )
         data.meta_info["temperature"] = 1.0
-        two = DataProto.concat([data, data])  # a copy of the step's mini-batch, then the step's
-        value_loss = None
-        if cfg["critic"]:
-            value_loss, critic_metrics = self._v0_critic(config, two, batch, micro, full)
-            metrics.update(critic_metrics)
-        loss, actor_metrics = self._v0_actor(config, two, batch, micro, full)
-        metrics.update(actor_metrics)
+        return data, controller, metrics, full
+
+    def _fit_output(
+        self,
+        batch: StepBatch,
+        config: TrainerConfig,
+        data: Any,
+        controller: Any,
+        metrics: dict[str, float],
+        loss: float,
+        value_loss: float | None,
+    ) -> StepOutput:
+        width = batch.response_mask.shape[1]
+        algo = self._verl_config(config).algorithm
         stages = {
             "token_rewards": data.batch["token_level_rewards"][:, :width],
             "advantages": data.batch["advantages"][:, :width],

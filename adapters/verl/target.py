@@ -23,6 +23,7 @@ from rlconform.adapters.verl.reward import RewardOps
 from rlconform.adapters.verl.source import VerlSource
 from rlconform.adapters.verl.step import StepOps
 from rlconform.adapters.verl.step_v0 import V0StepOps
+from rlconform.adapters.verl.step_v08 import V08StepOps
 
 BASELINES = Path(__file__).parent / "baselines"
 
@@ -46,7 +47,7 @@ class VerlTarget(
     AggregateOps,
     BatchOps,
     MetricsOps,
-    V0StepOps,
+    V08StepOps,
     Target,
 ):
     """verl's own postprocess functions behind the canonical padded layout."""
@@ -73,24 +74,21 @@ class VerlTarget(
         self.baseline_file = path if path.is_file() else None
         self.deviations = baseline.load(path) if self.baseline_file else {}
 
-    # the step: the v1 trainer (0.9) or RayPPOTrainer with the legacy workers (0.7)
+    # the step: the v1 trainer (0.9), RayPPOTrainer with the engine workers (0.8) or with the
+    # legacy workers (0.7)
     @property
-    def _v0_step(self) -> bool:
-        return self.release.line == "0.7"
+    def _step_ops(self) -> type:
+        return {"0.7": V0StepOps, "0.8": V08StepOps}.get(self.release.line, StepOps)
 
     @property
     def step_metric_names(self) -> dict[str, Any]:  # type: ignore[override]
-        return V0StepOps.step_metric_names if self._v0_step else StepOps.step_metric_names
+        return self._step_ops.step_metric_names
 
     def trainer_configs(self) -> list[Any]:
-        if self._v0_step:
-            return V0StepOps.trainer_configs(self)
-        return StepOps.trainer_configs(self)
+        return self._step_ops.trainer_configs(self)
 
     def train_step(self, batch: Any, config: Any, state: Any = None) -> Any:
-        if self._v0_step:
-            return V0StepOps.train_step(self, batch, config, state)
-        return StepOps.train_step(self, batch, config, state)
+        return self._step_ops.train_step(self, batch, config, state)
 
     def implements(self, op: str) -> bool:
         """An operation runs only where the release's table binds it to a verl function."""
