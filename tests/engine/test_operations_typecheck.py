@@ -62,10 +62,21 @@ def _mypy(tmp_path: Path, name: str, source: str) -> subprocess.CompletedProcess
     (tmp_path / "mypy.ini").write_text(MYPY_INI)
     (tmp_path / name).write_text(source)
     return subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", "mypy.ini",
-         "--cache-dir", str(tmp_path.parent / "mypy-cache"), name],
-        cwd=tmp_path, env={"MYPYPATH": str(tmp_path / "shadow"), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            "mypy.ini",
+            "--cache-dir",
+            str(tmp_path.parent / "mypy-cache"),
+            name,
+        ],
+        cwd=tmp_path,
+        env={"MYPYPATH": str(tmp_path / "shadow"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
