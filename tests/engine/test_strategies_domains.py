@@ -4,10 +4,14 @@ For every registered clause with a strategy and every domain: ~30 cases drawn un
 ``features.restricted(domain)`` through the runner's domain filter, with hypothesis' health
 checks on (a strategy that leaves too much to the filter fails them), each inside the
 domain; and over the unrestricted run (plus the pinned examples) every feature the clause
-``meets`` is reached.
+``meets`` is reached; and each (clause, feature) pair is reached by the search restricted to
+the feature's domain within the ``ci`` budget (``BUDGET_GAPS``: the pairs that are not yet).
 """
 
 from __future__ import annotations
+
+import functools
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -67,3 +71,89 @@ def test_unrestricted_generation_reaches_every_feature_it_meets(clause_id):
     assert set(clause.meets) <= reached, f"never reached: {sorted(set(clause.meets) - reached)}"
     undeclared = reached - set(clause.meets)
     assert not undeclared, f"case_features gives features not in meets: {sorted(undeclared)}"
+
+
+def _ci_budget(clause_id: str) -> int:
+    from rlconform.conformance.profiles import get_run_profile
+
+    return max(1, int(get_run_profile("ci").max_examples * get(clause_id).max_examples_scale))
+
+
+@functools.cache
+def _reached(clause_id: str, domain: str) -> frozenset[str]:
+    """The features of the ``ci``-budget search at ``domain`` and of the pinned examples in
+    it (one draw per clause and domain, shared by its features' tests)."""
+    clause = get(clause_id)
+    limit = feats.domain_rank(domain)
+    pinned = [c for c in pinned_cases(clause) if feats.domain_rank(case_domain(clause, c)) <= limit]
+    reached: set[str] = set()
+    for case in _draw(clause_id, domain, _ci_budget(clause_id)) + pinned:
+        reached |= clause.features(case)
+    return frozenset(reached)
+
+
+# (clause, feature) pairs whose {domain} search does not reach the feature within the ci
+# budget today (found by the test below; open in issue 17): the clause meets the feature
+# only in the unrestricted search or in thorough runs, so a break that needs it may be
+# graded from a later case. Strict: a pair that starts being reached fails until removed.
+BUDGET_GAPS = frozenset(
+    (
+        "schema.normalize-padding_nonfinite",
+        "filter.before_normalize-padding_nonfinite",
+        "filter.order-padding_nonfinite",
+        "filter.reasons-padding_nonfinite",
+        "filter.stats-padding_nonfinite",
+        "mask.loss-all_rejected",
+        "adv.gdpo-empty_batch",
+        "adv.gpg-empty_batch",
+        "adv.grpo_passk-empty_batch",
+        "adv.opo-unequal_groups",
+        "adv.reinforce_pp_baseline-unequal_groups",
+        "adv.remax-empty_batch",
+        "adv.rloo-unequal_groups",
+        "loss.cispo-zero_width",
+        "loss.dppo_tv-zero_width",
+        "loss.dual_clip-actionless_sample",
+        "loss.dual_clip-empty_batch",
+        "loss.dual_clip-zero_width",
+        "loss.gmpo-zero_width",
+        "loss.gspo-zero_width",
+        "loss.ppo_clip-zero_width",
+        "loss.value_clip-empty_batch",
+        "offpolicy.opsm-all_rejected",
+        "batch.row_ops-extra_padding",
+        "step.metrics-empty_batch",
+        "step.state-unequal_groups",
+        "step.update-empty_batch",
+    )
+)
+
+PAIRS = tuple(
+    (clause_id, feature)
+    for clause_id in CLAUSES
+    for feature in sorted(get(clause_id).meets)
+    if feature in feats.FEATURES
+)
+
+
+def _pair(clause_id: str, feature: str) -> Any:
+    name = f"{clause_id}-{feature}"
+    if name not in BUDGET_GAPS:
+        return pytest.param(clause_id, feature, id=name)
+    gap = pytest.mark.xfail(strict=True, reason="not reached within the ci budget (issue 17)")
+    return pytest.param(clause_id, feature, id=name, marks=gap)
+
+
+@pytest.mark.parametrize(("clause_id", "feature"), [_pair(c, f) for c, f in PAIRS])
+def test_each_feature_is_reached_within_the_ci_budget_of_its_domain(clause_id, feature):
+    """§0a / issue 17: the search restricted to a feature's domain reaches it with the ``ci``
+    budget (generated cases plus the pinned examples of that domain), so the severity of a
+    break that needs the feature does not depend on which case happened to come first."""
+    domain = feats.FEATURES[feature].domain
+    assert f"{clause_id}-{feature}" in BUDGET_GAPS or not BUDGET_GAPS - {
+        f"{c}-{f}" for c, f in PAIRS
+    }, "a budget gap names a pair that no longer exists"
+    assert feature in _reached(clause_id, domain), (
+        f"{clause_id}: no case of the {domain} search within {_ci_budget(clause_id)} draws "
+        f"has {feature}"
+    )
