@@ -225,6 +225,22 @@ def _native(overrides: Mapping[str, Any], config: Any) -> dict[str, Any]:
     return native
 
 
+def _gathered(per_micro: dict[str, Any]) -> dict[str, list[Any]]:
+    """The micro-batch metrics of one data-parallel rank as the worker logs them: the
+    all-gather gives each ``Metric`` a list of one rank's list (``Metric.aggregate_dp``),
+    then ``append_to_dict``."""
+    from verl.utils.metric.utils import Metric
+    from verl.utils.py_functional import append_to_dict
+
+    gathered = {
+        key: Metric.aggregate_dp([values]) if isinstance(values, Metric) else list(values)
+        for key, values in per_micro.items()
+    }
+    logged: dict[str, list[Any]] = {}
+    append_to_dict(logged, gathered)
+    return logged
+
+
 def _lengths(response_mask: torch.Tensor) -> list[int]:
     return [int(n) for n in response_mask.sum(-1).tolist()]
 
@@ -442,7 +458,6 @@ class StepOps:
         """``forward_backward_batch`` for one rank holding the whole mini-batch: per
         micro-batch the loss function on the model output, ``backward``; the micro-batch
         metrics aggregated as ``train_mini_batch`` and the trainer do."""
-        from verl.utils.metric.utils import Metric
         from verl.utils.py_functional import append_to_dict
 
         lengths = _lengths(batch.response_mask)
@@ -462,14 +477,7 @@ class StepOps:
             loss.backward()
             total += float(loss.detach())
             append_to_dict(per_micro, metrics)
-        # one data-parallel rank: the all-gather gives each metric a list of one rank's list
-        gathered = {
-            key: Metric.aggregate_dp([values]) if isinstance(values, Metric) else list(values)
-            for key, values in per_micro.items()
-        }
-        logged: dict[str, list[Any]] = {}
-        append_to_dict(logged, gathered)
-        return total, logged
+        return total, _gathered(per_micro)
 
     def _actor_update(
         self,

@@ -37,7 +37,13 @@ import torch
 
 from rlconform.adapters.base import Inexpressible
 from rlconform.adapters.step_io import StepBatch, StepOutput
-from rlconform.adapters.verl.step import _call_loss, _lengths, _model_output, _reduced
+from rlconform.adapters.verl.step import (
+    _call_loss,
+    _gathered,
+    _lengths,
+    _model_output,
+    _reduced,
+)
 from rlconform.adapters.verl.step_v0 import V0StepOps, _quiet
 from rlconform.conformance.trainer_config import TrainerConfig
 
@@ -109,7 +115,6 @@ class V08StepOps(V0StepOps):
         """``_update_actor`` / ``_update_critic`` and the engine's ``forward_backward_batch``
         for one rank holding the whole mini-batch (module docstring)."""
         from verl.utils import tensordict_utils as tu
-        from verl.utils.metric.utils import Metric
         from verl.utils.py_functional import append_to_dict
         from verl.workers.engine.utils import prepare_micro_batches
 
@@ -142,13 +147,7 @@ class V08StepOps(V0StepOps):
                 loss.backward()
                 total += float(loss.detach())
                 append_to_dict(per_micro, metrics)
-        gathered = {
-            key: Metric.aggregate_dp([values]) if isinstance(values, Metric) else list(values)
-            for key, values in per_micro.items()
-        }
-        logged: dict[str, list[Any]] = {}
-        append_to_dict(logged, gathered)
-        return total, logged
+        return total, _gathered(per_micro)
 
 
 def _no_padding(batch_td: Any) -> Any:

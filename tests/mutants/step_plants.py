@@ -115,26 +115,9 @@ def doubled_under_two_configs(orig, batch, config, state=None):
     return output
 
 
-def agg_seq_mean_token_sum_doubled(
-    orig,
-    loss_mat,
-    loss_mask,
-    mode,
-    dp_size=1,
-    batch_num_tokens=None,
-    global_batch_size=None,
-    loss_scale_factor=None,
-):
+def agg_seq_mean_token_sum_doubled(orig, loss_mat, loss_mask, mode, **global_batch_info):
     """seq-mean-token-sum doubled; every other mode right."""
-    value = orig.agg_loss(
-        loss_mat,
-        loss_mask,
-        mode,
-        dp_size=dp_size,
-        batch_num_tokens=batch_num_tokens,
-        global_batch_size=global_batch_size,
-        loss_scale_factor=loss_scale_factor,
-    )
+    value = orig.agg_loss(loss_mat, loss_mask, mode, **global_batch_info)
     return 2 * value if mode == "seq-mean-token-sum" else value
 
 
