@@ -225,6 +225,22 @@ def _native(overrides: Mapping[str, Any], config: Any) -> dict[str, Any]:
     return native
 
 
+def _backward_micro_batch(
+    loss_fn: Any, outputs: dict[str, torch.Tensor], lengths: list[int], rows: list[int], data: Any
+) -> tuple[float, dict[str, Any]]:
+    """One micro-batch of the engine's ``forward_backward_batch``: the model output of
+    ``rows`` (nested, as the engine gives it), the loss function on it and ``data``, then
+    ``backward``; (the loss, its metrics)."""
+    index = torch.tensor(rows, dtype=torch.long)
+    model_output = {
+        name: _model_output(tensor.index_select(0, index), [lengths[i] for i in rows])
+        for name, tensor in outputs.items()
+    }
+    loss, metrics = loss_fn(model_output, data)
+    loss.backward()
+    return float(loss.detach()), metrics
+
+
 def _gathered(per_micro: dict[str, Any]) -> dict[str, list[Any]]:
     """The micro-batch metrics of one data-parallel rank as the worker logs them: the
     all-gather gives each ``Metric`` a list of one rank's list (``Metric.aggregate_dp``),
@@ -468,14 +484,8 @@ class StepOps:
             data = self._micro_batch(
                 rows, lengths, fields, batch_num_tokens, global_batch_size=len(batch.uids)
             )
-            index = torch.tensor(rows, dtype=torch.long)
-            model_output = {
-                name: _model_output(tensor.index_select(0, index), [lengths[i] for i in rows])
-                for name, tensor in outputs.items()
-            }
-            loss, metrics = loss_fn(model_output, data)
-            loss.backward()
-            total += float(loss.detach())
+            loss, metrics = _backward_micro_batch(loss_fn, outputs, lengths, rows, data)
+            total += loss
             append_to_dict(per_micro, metrics)
         return total, _gathered(per_micro)
 

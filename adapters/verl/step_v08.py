@@ -33,15 +33,13 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-import torch
-
 from rlconform.adapters.base import Inexpressible
 from rlconform.adapters.step_io import StepBatch, StepOutput
 from rlconform.adapters.verl.step import (
+    _backward_micro_batch,
     _call_loss,
     _gathered,
     _lengths,
-    _model_output,
     _reduced,
 )
 from rlconform.adapters.verl.step_v0 import V0StepOps, _quiet
@@ -138,14 +136,10 @@ class V08StepOps(V0StepOps):
             for micro_batch in micro_batches:
                 picked = list(range(start, start + len(micro_batch)))
                 start += len(micro_batch)
-                index = torch.tensor(picked, dtype=torch.long)
-                model_output = {
-                    name: _model_output(t.index_select(0, index), [lengths[i] for i in picked])
-                    for name, t in outputs.items()
-                }
-                loss, metrics = loss_fn(model_output, micro_batch)
-                loss.backward()
-                total += float(loss.detach())
+                loss, metrics = _backward_micro_batch(
+                    loss_fn, outputs, lengths, picked, micro_batch
+                )
+                total += loss
                 append_to_dict(per_micro, metrics)
         return total, _gathered(per_micro)
 
