@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 
+import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
@@ -28,13 +29,30 @@ def _draws(context) -> list[float]:
 
 def test_generation_is_independent_of_imported_modules(tmp_path, monkeypatch):
     before = _draws(generation.independent_of_imports)
-    plain_before = _draws(contextlib.nullcontext)
     probe = tmp_path / "rlc_constants_probe.py"
     values = ", ".join(repr(123456.0 + i / 7) for i in range(200))
     probe.write_text(f"VALUES = [{values}]\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.import_module("rlc_constants_probe")
     assert _draws(generation.independent_of_imports) == before
-    if generation._providers is not None and hasattr(generation._providers, "_get_local_constants"):
-        # the hazard the context removes: without it, the new module's constants are drawn
+
+
+@pytest.mark.skipif(
+    generation._providers is None or not hasattr(generation._providers, "_get_local_constants"),
+    reason="this hypothesis release mixes no local constants into generation",
+)
+def test_the_context_removes_a_local_constant_pool_that_changes_plain_generation(monkeypatch):
+    """The hazard the context removes, made deterministic: whether hypothesis counts a given
+    file as local depends on the machine's paths, so the pool it would find is installed
+    directly (as hypothesis' own scan would return it)."""
+    providers = generation._providers
+    before = _draws(generation.independent_of_imports)
+    plain_before = _draws(contextlib.nullcontext)
+    pool = providers.Constants(floats={123456.0 + i / 7 for i in range(200)})
+    monkeypatch.setattr(providers, "_get_local_constants", lambda: pool)
+    providers.CONSTANTS_CACHE.cache.clear()
+    try:
         assert _draws(contextlib.nullcontext) != plain_before
+        assert _draws(generation.independent_of_imports) == before
+    finally:
+        providers.CONSTANTS_CACHE.cache.clear()
