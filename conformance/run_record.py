@@ -1,6 +1,6 @@
 """What a rerun of a certification needs, recorded in the JSON report's ``run`` key: the
 rlconform version, the run profile's settings, device, seed, the target's profile values,
-the interpreter and torch versions and when the run started (UTC)."""
+the interpreter, torch and hypothesis versions (the cases generated depend on hypothesis) and when the run started (UTC)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ def rlconform_version() -> str:
 
 def run_record(target: Any, run_profile: Any, *, device: str, seed: int | None) -> dict[str, Any]:
     """The ``run`` key of a report (``certify`` fills it when the run starts)."""
+    import hypothesis
     import torch
 
     profile = getattr(target, "profile", None)
@@ -42,5 +43,6 @@ def run_record(target: Any, run_profile: Any, *, device: str, seed: int | None) 
         "target_profile": {str(k): _jsonable(v) for k, v in sorted(choices.items())},
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "hypothesis": hypothesis.__version__,
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -75,6 +75,9 @@ def test_limits_reach_the_run_and_the_report(tmp_path):
     assert run["seed"] == 7 and run["device"] == "cpu"
     assert run["target_profile"]["grpo_std_ddof"] == 1
     assert run["rlconform"] and run["torch"] and run["started"].endswith("+00:00")
+    import hypothesis
+
+    assert run["hypothesis"] == hypothesis.__version__
 
 
 def test_a_clause_past_the_timeout_is_an_error(tmp_path):
