@@ -534,6 +534,35 @@ def _fail_for(ctx: Any, config: TrainerConfig) -> Any:
     return _Named()
 
 
+def _inexpressible(exc: BaseException) -> bool:
+    """The target cannot express the case (``Inexpressible``) or does not compute what is
+    checked (``Unsupported``), raised directly or wrapped by the context."""
+    kinds = Inexpressible | Unsupported
+    return isinstance(exc, kinds) or isinstance(getattr(exc, "original", None), kinds)
+
+
+def under_each_config(ctx: Any, case: dict[str, Any], check: Any) -> None:
+    """``check(ctx, case, config)`` under every config this run certifies (``_fail_for``
+    each). A config under which the target cannot express the case is done with for this
+    case and the others still run, so a target that refuses a case under one config (its
+    estimator cannot take unequal groups) still has it checked under the rest; the case is
+    a skip only when every config refuses it."""
+    refused: BaseException | None = None
+    ran = False
+    for config in active_configs(ctx.target):
+        try:
+            with _fail_for(ctx, config):
+                check(ctx, case, config)
+        except Exception as exc:
+            if not _inexpressible(exc):
+                raise
+            refused = exc
+            continue
+        ran = True
+    if not ran and refused is not None:
+        raise refused
+
+
 def case_under(case: dict[str, Any], config: TrainerConfig) -> dict[str, Any]:
     """The case as the config's step sees it (``oracle.step.as_run``: an on-policy trainer
     keeps no old log-probs, they are the current ones); the target gets the same batch."""
@@ -792,9 +821,7 @@ def _check_gradient(
     max_examples_scale=0.5,
 )
 def check_update(ctx: Any, case: dict[str, Any]) -> None:
-    for config in active_configs(ctx.target):
-        with _fail_for(ctx, config):
-            check_update_under(ctx, case, config)
+    under_each_config(ctx, case, check_update_under)
 
 
 # step.metrics ------------------------------------------------------------------------------
@@ -886,9 +913,7 @@ METRIC_CHECKS = (
     max_examples_scale=0.3,
 )
 def check_metrics(ctx: Any, case: dict[str, Any]) -> None:
-    for config in active_configs(ctx.target):
-        with _fail_for(ctx, config):
-            check_metrics_under(ctx, case, config)
+    under_each_config(ctx, case, check_metrics_under)
 
 
 # step.state --------------------------------------------------------------------------------
@@ -958,6 +983,4 @@ def check_state_under(ctx: Any, case: dict[str, Any], config: TrainerConfig) -> 
     max_examples_scale=0.2,
 )
 def check_state(ctx: Any, case: dict[str, Any]) -> None:
-    for config in active_configs(ctx.target):
-        with _fail_for(ctx, config):
-            check_state_under(ctx, case, config)
+    under_each_config(ctx, case, check_state_under)

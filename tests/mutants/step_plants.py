@@ -115,6 +115,16 @@ def doubled_under_two_configs(orig, batch, config, state=None):
     return output
 
 
+def inexpressible_under_default_doubled_under_dr_grpo(orig, batch, config, state=None):
+    """Refuses every case under ``default`` (Inexpressible) and doubles the loss under
+    ``dr_grpo``: the refusal under one config must not skip the case under the others."""
+    from rlconform.adapters.base import Inexpressible
+
+    if config.name == "default":
+        raise Inexpressible("this plant's default config takes no case")
+    return loss_scaled_under_dr_grpo(orig, batch, config, state)
+
+
 def agg_seq_mean_token_sum_doubled(orig, loss_mat, loss_mask, mode, **global_batch_info):
     """seq-mean-token-sum doubled; every other mode right."""
     value = orig.agg_loss(loss_mat, loss_mask, mode, **global_batch_info)

@@ -145,6 +145,32 @@ def test_a_declared_break_under_one_config_does_not_hide_another():
     assert "rloo_kl_loss" in result.message
 
 
+def test_a_case_one_config_cannot_express_still_runs_under_the_others():
+    target = m.mutant(
+        "refuses-default", train_step=m.inexpressible_under_default_doubled_under_dr_grpo
+    )
+    report = certify(target, select("step.update"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert result.status == "fail", result.message
+    assert "dr_grpo" in result.message
+
+
+def test_a_case_every_config_refuses_is_a_skip():
+    from rlconform.adapters.base import Inexpressible
+
+    def refuses(orig, batch, config, state=None):
+        raise Inexpressible("no case")
+
+    report = certify(
+        m.mutant("refuses-all", train_step=refuses),
+        select("step.update"),
+        get_run_profile("ci"),
+        seed=0,
+    )
+    (result,) = report.clauses
+    assert result.status == "skip", result.message
+
+
 def _mode_finding(target, configs):
     from rlconform.adapters.base import with_overrides
 
