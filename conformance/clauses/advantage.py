@@ -1179,6 +1179,9 @@ _REMAX_EXAMPLES = (
            _s("s1", "g0", [], [], baseline=2.0),
            _s("s2", "g1", [1, 1], [0.0, 1.00001], baseline=1.0)],
           pad_value=_NAN, extra_pad=2),
+    # Samples but no action token in the batch (empty_batch): nothing to credit.
+    _case([_s("s0", "g0", [0, 0], [0.0, 0.0], baseline=0.5), _s("s1", "g0", [], [], baseline=1.0)],
+          pad_value=_NAN, extra_pad=1),
     _case([]),
 )
 
@@ -1196,6 +1199,8 @@ _PASSK_EXAMPLES = (
     _case([_s("s0", "g0", [1, 1], [0.0, 1.00001]), _s("s1", "g0", [], [])], pad_value=_INF, norm_by_std=False),
     # A group of one: pass@k is undefined, the operation must raise.
     _case([_s("s0", "g0", [1], [1.0]), _s("s1", "g0", [1], [0.0]), _s("s2", "g1", [1], [1.0])], norm_by_std=True),
+    # Samples but no action token in the batch (empty_batch).
+    _case([_s("s0", "g0", [0, 0], [0.0, 0.0]), _s("s1", "g0", [], [])], pad_value=_NAN, extra_pad=1, norm_by_std=True),
     _case([], norm_by_std=True),
 )
 
@@ -1222,8 +1227,15 @@ _GDPO_EXAMPLES = (
            _s("s3", "g0", [], [], components=[0.0, 1.0])],
           pad_value=_NAN, extra_pad=1, norm_by_std=True, weights=[1.0, 0.5]),
     _case([_s("s0", "g0", [0, 1], [0.0, 0.0], components=[1.0])], pad_value=_INF, norm_by_std=False, weights=[2.0]),
+    # Samples but no action token in the batch (empty_batch): nothing to whiten.
+    _case([_s("s0", "g0", [0], [0.0], components=[1.0]), _s("s1", "g0", [], [], components=[0.0])],
+          pad_value=_NAN, extra_pad=1, norm_by_std=True, weights=[1.0]),
     _case([], norm_by_std=True, weights=[1.0]),
 )
+# Samples but no action token in the batch (empty_batch), for the group estimators that do
+# not meet it by generation within the ci budget.
+_NO_ACTION_TOKEN = _case([_s("s0", "g0", [0, 0], [0.0, 0.0]), _s("s1", "g0", [], [])],
+                         pad_value=_NAN, extra_pad=1, norm_by_std=True, f_norm=1.0)
 # fmt: on
 
 
@@ -1331,7 +1343,7 @@ _register(
     "one"); a group of one: profile singleton_baseline; broadcast; returns not checked (a framework convention).
     Not group-local (alpha is a batch statistic).""",
     strategy=advantage_case(params=("f_norm",), dense=False),
-    examples=_with_params(_GROUP_EXAMPLES, "f_norm"),
+    examples=_with_params((*_GROUP_EXAMPLES, _NO_ACTION_TOKEN), "f_norm"),
 )
 
 _register(

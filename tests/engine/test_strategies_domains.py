@@ -112,12 +112,8 @@ BUDGET_GAPS = frozenset(
     (
         "mask.loss-all_rejected",
         "adv.gae-empty_batch",
-        "adv.gdpo-empty_batch",
-        "adv.gpg-empty_batch",
-        "adv.grpo_passk-empty_batch",
         "adv.opo-unequal_groups",
         "adv.reinforce_pp_baseline-unequal_groups",
-        "adv.remax-empty_batch",
         "adv.rloo-unequal_groups",
         "kl.importance_weighted-actionless_sample",
         "loss.cispo-zero_width",
