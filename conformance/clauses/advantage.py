@@ -1232,6 +1232,14 @@ _GDPO_EXAMPLES = (
           pad_value=_NAN, extra_pad=1, norm_by_std=True, weights=[1.0]),
     _case([], norm_by_std=True, weights=[1.0]),
 )
+# Groups of two and three (unequal_groups, nominal: no edge feature), distinct scores, finite
+# padding: the group baselines that do not meet it by generation within the ci budget.
+_UNEQUAL_GROUPS = _case([_s("s0", "g0", [1, 1], [0.0, 1.0]),
+                         _s("s1", "g0", [1], [0.5]),
+                         _s("s2", "g1", [1, 1, 1], [0.0, 0.0, 2.0]),
+                         _s("s3", "g1", [1, 1], [0.0, 1.5]),
+                         _s("s4", "g1", [1], [0.25])],
+                        pad_value=7.5, extra_pad=1, gamma=1.0)
 # Samples but no action token in the batch (empty_batch), for the group estimators that do
 # not meet it by generation within the ci budget.
 _NO_ACTION_TOKEN = _case([_s("s0", "g0", [0, 0], [0.0, 0.0]), _s("s1", "g0", [], [])],
@@ -1279,7 +1287,7 @@ _register(
     a group of one: profile rloo_singleton (verl: A = score); broadcast to action tokens;
     returns not checked (a framework convention).""",
     strategy=advantage_case(),
-    examples=_with_params(_GROUP_EXAMPLES),
+    examples=_with_params((*_GROUP_EXAMPLES, _UNEQUAL_GROUPS)),
 )
 
 _register(
@@ -1301,7 +1309,7 @@ _register(
     broadcast to action tokens, then whitened over all action tokens of the batch (token-
     weighted statistics); returns not checked (a framework convention). Not group-local. Profile: whiten_degenerate.""",
     strategy=advantage_case(),
-    examples=_with_params((*_GROUP_EXAMPLES, _RFPP_EXAMPLES[2])),
+    examples=_with_params((*_GROUP_EXAMPLES, _RFPP_EXAMPLES[2], _UNEQUAL_GROUPS)),
 )
 
 _register(
@@ -1321,7 +1329,7 @@ _register(
     of sample j; A_i = score_i - b; a group of one: profile singleton_baseline (verl: b = 0); a
     group without action tokens writes nothing; broadcast; returns not checked (a framework convention).""",
     strategy=advantage_case(),
-    examples=(*_with_params(_GROUP_EXAMPLES), *_OPO_EXAMPLES),
+    examples=(*_with_params((*_GROUP_EXAMPLES, _UNEQUAL_GROUPS)), *_OPO_EXAMPLES),
 )
 
 _register(

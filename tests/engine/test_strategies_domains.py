@@ -112,9 +112,6 @@ BUDGET_GAPS = frozenset(
     (
         "mask.loss-all_rejected",
         "adv.gae-empty_batch",
-        "adv.opo-unequal_groups",
-        "adv.reinforce_pp_baseline-unequal_groups",
-        "adv.rloo-unequal_groups",
         "kl.importance_weighted-actionless_sample",
         "loss.cispo-zero_width",
         "loss.dppo_tv-zero_width",
