@@ -693,6 +693,14 @@ _NO_ACTION_SAMPLES = [
     _sample("s1", [], [], [], []),
 ]
 
+# Samples whose responses are all empty: a zero-width batch (zero_width, hardening).
+_ZERO_WIDTH_SAMPLES = [_sample("s0", [], [], [], []), _sample("s1", [], [], [], [])]
+
+
+def _zero_width(**params: float) -> dict[str, Any]:
+    return {"samples": _ZERO_WIDTH_SAMPLES, "pad_value": 0.0, "extra_pad": 0, **params}
+
+
 _PPO_EXAMPLES = (
     {"clip_low": 0.2, "clip_high": 0.2, "samples": _VERL_SAMPLES, "pad_value": NAN, "extra_pad": 1},
     {
@@ -727,6 +735,7 @@ _PPO_EXAMPLES = (
         "pad_value": 7.5,
         "extra_pad": 1,
     },
+    _zero_width(clip_low=0.2, clip_high=0.2),
 )
 
 _LN2, _LN4 = math.log(2.0), math.log(4.0)
@@ -776,6 +785,16 @@ _DUAL_EXAMPLES = (
         "pad_value": NAN,
         "extra_pad": 2,
     },
+    # no action token in the batch: a sample of holes only and an empty one
+    {
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "clip_c": 3.0,
+        "samples": _NO_ACTION_SAMPLES,
+        "pad_value": 7.5,
+        "extra_pad": 1,
+    },
+    _zero_width(clip_low=0.2, clip_high=0.2, clip_c=3.0),
 )
 
 _GSPO_EXAMPLES = (
@@ -811,6 +830,7 @@ _GSPO_EXAMPLES = (
         "pad_value": INF,
         "extra_pad": 1,
     },
+    _zero_width(clip_low=0.2, clip_high=0.2),
 )
 
 _GMPO_EXAMPLES = (
@@ -835,6 +855,7 @@ _GMPO_EXAMPLES = (
         "pad_value": NAN,
         "extra_pad": 2,
     },
+    _zero_width(clip_low=0.2, clip_high=0.2),
 )
 
 _CISPO_EXAMPLES = (
@@ -847,6 +868,7 @@ _CISPO_EXAMPLES = (
         "pad_value": INF,
         "extra_pad": 1,
     },
+    _zero_width(clip_low=0.2, clip_high=0.2),
 )
 
 _LOG_HALF, _LOG_FIFTH = math.log(0.5), math.log(0.2)
@@ -886,6 +908,7 @@ _DPPO_EXAMPLES = (
         "pad_value": -1e30,
         "extra_pad": 1,
     },
+    _zero_width(clip_low=0.2, clip_high=0.2, clip_c=20.0),
 )
 
 
