@@ -1133,6 +1133,11 @@ _GAE_EXAMPLES = (
     # A single action token in the whole batch (whitening degenerate: profile).
     _case([_s("s0", "g0", [0, 1, 0], [5.0, 1.0, 5.0], values=[9.0, 0.5, 9.0], terminated=True, bootstrap=0.0)],
           pad_value=_NAN, extra_pad=1, gamma=0.99, lam=0.95, bootstrap=False),
+    # Samples but no action token in the batch (empty_batch): a response of tool tokens
+    # only (garbage reward and values there) and an empty one.
+    _case([_s("s0", "g0", [0, 0], [0.0, 0.0], values=[0.5, -4.0], terminated=True, bootstrap=0.0),
+           _s("s1", "g0", [], [], values=[], terminated=True, bootstrap=0.0)],
+          pad_value=7.5, extra_pad=1, gamma=0.9, lam=0.95, bootstrap=False),
     # Empty batch.
     _case([], gamma=1.0, lam=1.0, bootstrap=False),
 )

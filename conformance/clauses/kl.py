@@ -494,6 +494,33 @@ _WEIGHTED_EXAMPLES = tuple(
         ("mse", 0.0),
         ("k2", NAN),
     )
+) + tuple(
+    # a sample with tokens but no action token (actionless_sample: every token a hole, with
+    # garbage there) next to an ordinary one; finite padding
+    {
+        "samples": [
+            {
+                "uid": "s0",
+                "mask": [1, 1],
+                "logp": [-1.0, -0.5],
+                "ref": [-1.5, -0.25],
+                "old": [-0.75, -0.5],
+                "upstream": [1.0, -0.5],
+            },
+            {
+                "uid": "s1",
+                "mask": [0, 0],
+                "logp": [-2.0, -9.0],
+                "ref": [-0.5, -1.0],
+                "old": [-4.0, -1.0],
+                "upstream": [1.0, 1.0],
+            },
+        ],
+        "pad_value": 7.5,
+        "extra_pad": 1,
+        "mode": mode,
+    }
+    for mode in ("low_var_kl", "k1")
 )
 
 

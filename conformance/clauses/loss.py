@@ -1111,6 +1111,23 @@ _VALUE_EXAMPLES = (
         "pad_value": INF,
         "extra_pad": 1,
     },
+    # Samples but no action token in the batch (empty_batch): a response of holes only
+    # (garbage values there) and an empty one.
+    {
+        "clip": 0.2,
+        "samples": [
+            {
+                "uid": "s0",
+                "mask": [0, 0],
+                "vpreds": [3.0, -2.0],
+                "returns": [1.0, 9.0],
+                "values": [0.0, 0.5],
+            },
+            {"uid": "s1", "mask": [], "vpreds": [], "returns": [], "values": []},
+        ],
+        "pad_value": 7.5,
+        "extra_pad": 1,
+    },
 )
 
 

@@ -358,6 +358,16 @@ _LOSS_EXAMPLES = (
         "pad_mask": 1,
         "extra_pad": 0,
     },
+    # The keep-mask drops every action token (all_rejected), with clean padding (edge only).
+    {
+        "samples": [
+            {"uid": "s0", "mask": [1, 0], "values": [3.0, 0.0], "keep": 0},
+            {"uid": "s1", "mask": [1, 1, 1], "values": [2.0, 2.0, 2.0], "keep": 0},
+        ],
+        "pad_value": 0.0,
+        "pad_mask": 0,
+        "extra_pad": 1,
+    },
     {"samples": [], "pad_value": 0.0, "pad_mask": 0, "extra_pad": 2},
 )
 
