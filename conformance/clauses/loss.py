@@ -1380,6 +1380,18 @@ _TOTAL_EXAMPLES = (
         "pad_value": NAN,
         "extra_pad": 2,
     },
+    # A huge finite value (1e30) at padding and in a hole, where a float32 exp or square
+    # overflows (overflow): masked away, the total must not see it.
+    {
+        "entropy_coeff": 0.01,
+        "kl_coef": 0.1,
+        "samples": [
+            _actor_sample("s0", [1, 0, 1], [0.5, 1e30, -1.0], [1.0, 1e30, 2.0], [0.2, 1e30, 3.0]),
+            _actor_sample("s1", [1], [0.25], [0.5], [0.1]),
+        ],
+        "pad_value": -1e30,
+        "extra_pad": 1,
+    },
 )
 
 
