@@ -277,6 +277,29 @@ EXAMPLES = (
         "pad_value": 0.0,
         "extra_pad": 0,
     },
+    # edge: samples, but no action token in the whole batch (empty_batch): nothing to train
+    # on, the update is zero
+    {
+        "samples": [
+            _plain(0, [0, 0], 1.0, "s0", "g0", 1.0),
+            _plain(1, [0], 0.0, "s1", "g0", -1.0),
+        ],
+        "shards": [1, 1],
+        "pad_value": 0.0,
+        "extra_pad": 0,
+    },
+    # edge: a group of one next to a group of three (singleton_group, unequal_groups)
+    {
+        "samples": [
+            _plain(0, [1, 1], 1.0, "s0", "g0", 1.0),
+            _plain(1, [1, 1, 1], 0.0, "s1", "g1", -1.0),
+            _plain(2, [1], 0.5, "s2", "g1", 2.0),
+            _plain(3, [1, 1], 1.0, "s3", "g1", -2.0),
+        ],
+        "shards": [2, 2],
+        "pad_value": 0.0,
+        "extra_pad": 0,
+    },
     # hardening: NaN where the model computed values for tool tokens (log-prob, reference
     # log-prob, value prediction)
     {
@@ -935,6 +958,26 @@ def state_case(draw: Any) -> dict[str, Any]:
     return {"steps": [first, middle, third]}
 
 
+# nominal: three steps on groups of two and three (unequal_groups), the controller updated
+# after each
+def _state_step() -> dict[str, Any]:
+    return {
+        "samples": [
+            _plain(0, [1, 1], 1.0, "s0", "g0", 1.0),
+            _plain(1, [1, 1, 1], 0.0, "s1", "g0", -1.0),
+            _plain(2, [1, 1], 0.5, "s2", "g1", 2.0),
+            _plain(3, [1], 0.0, "s3", "g1", -2.0),
+            _plain(4, [1, 1, 1], 1.0, "s4", "g1", 0.5),
+        ],
+        "shards": [5],
+        "pad_value": 0.0,
+        "extra_pad": 0,
+    }
+
+
+STATE_EXAMPLES = ({"steps": [_state_step() for _ in range(3)]},)
+
+
 def _state_features(case: dict[str, Any]) -> set[str]:
     found: set[str] = set()
     for step in case["steps"]:
@@ -976,6 +1019,7 @@ def check_state_under(ctx: Any, case: dict[str, Any], config: TrainerConfig) -> 
     with no action token does not corrupt the next steps.""",
     ops=("train_step",),
     strategy=state_case(),
+    examples=STATE_EXAMPLES,
     applies=_state_applies,
     checks=("kl_coef",),
     meets=STEP_FEATURES,
