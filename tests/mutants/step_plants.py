@@ -135,3 +135,24 @@ def value_loss_doubled(orig, *args, **kwargs):
     """The critic's loss doubled (a break of value_loss, not of any aggregation mode)."""
     loss, *rest = orig.value_loss(*args, **kwargs)
     return (2 * loss, *rest)
+
+
+class InPlaceController:
+    """A KL controller that updates itself in place, as verl's AdaptiveKLController does."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+
+def controller_in_place(orig, batch, config, state=None):
+    """Right, but carries its KL coefficient in a controller object it mutates in place and
+    hands back as ``carry``: a step called twice on the same carried state must not see the
+    first call's update (a harness that passes the same object twice grades it 'state')."""
+    controller = state if isinstance(state, InPlaceController) else None
+    inner = {"kl_coef": controller.value} if controller is not None else None
+    output = orig.train_step(batch, config, inner)
+    if controller is None:
+        controller = InPlaceController(output.state["kl_coef"])
+    controller.value = output.state["kl_coef"]
+    output.carry = controller
+    return output

@@ -204,3 +204,12 @@ def test_an_aggregation_mode_no_config_uses_is_unreached():
     result = _mode_finding(target, ["default", "ppo_gae"])
     assert result.consequence == "unreached", result.consequence_basis
     assert "seq-mean-token-sum" in result.consequence_basis
+
+
+def test_a_controller_updated_in_place_is_not_a_state_break():
+    """step.state's pinned example runs the determinism check: each call of a step gets its
+    own copy of the carried state, so a controller that updates itself in place passes."""
+    target = m.mutant("in-place-controller", train_step=m.controller_in_place)
+    report = certify(target, select("step.state"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert result.status == "pass", result.message
