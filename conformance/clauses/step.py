@@ -540,8 +540,7 @@ def _fail_for(ctx: Any, config: TrainerConfig) -> Any:
                     if isinstance(exc.detail, dict):
                         exc.detail.setdefault("config", config.name)
                     exc._config_named = True
-                skip = isinstance(getattr(exc, "original", None), Inexpressible | Unsupported)
-                if isinstance(exc, ClauseMismatch | TargetError) and not skip:
+                if isinstance(exc, ClauseMismatch | TargetError) and not _inexpressible(exc):
                     return bool(ctx.observer.tolerate(exc))
                 return False
             finally:
