@@ -172,16 +172,6 @@ _FILTER_EXAMPLES = (
         "config": {"reward_outlier_z": 1.5, "drop_zero_variance_groups": True},
         "scope": "group",
     },
-    # A NaN log-prob at a tool token (mask 0, hardening): still non_finite (NaN/inf anywhere
-    # in the log-probs), next to a clean sample of its group.
-    {
-        "samples": [
-            _sample("a", "g0", loss_mask=[1, 0, 1], rollout_logprobs=[-0.5, float("nan"), -0.5]),
-            _sample("b", "g0", reward=0.0),
-        ],
-        "config": {},
-        "scope": "group",
-    },
     # Empty batch; all-filtered batch.
     {"samples": [], "config": {}, "scope": "batch"},
     {
@@ -214,6 +204,16 @@ _FILTER_EXAMPLES = (
         ],
         "config": {"min_response_length": 1, "max_response_length": 5},
         "scope": "batch",
+    },
+    # A NaN log-prob at a tool token (mask 0, hardening): still non_finite (NaN/inf anywhere
+    # in the log-probs), next to a clean sample of its group.
+    {
+        "samples": [
+            _sample("a", "g0", loss_mask=[1, 0, 1], rollout_logprobs=[-0.5, float("nan"), -0.5]),
+            _sample("b", "g0", reward=0.0),
+        ],
+        "config": {},
+        "scope": "group",
     },
 )
 
