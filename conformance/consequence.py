@@ -6,7 +6,9 @@ entry a consequence and the trainer configs under which it has it:
 - definitional: a check of a logged value (clip fractions, KL / loss terms, metrics,
   filter statistics) is ``metric``; a balance or workload check is ``perf``; a purity check
   (``no_mutation``, ``deterministic``, the purity area) is ``purity``; step.update is
-  ``update``, step.state ``state``, step.metrics ``metric``; ``runs`` (the operation raises on
+  ``update`` (``metric`` where only the back-propagated loss value differs and every
+  gradient check passes: the optimizer applies the contract's update), step.state
+  ``state``, step.metrics ``metric``; ``runs`` (the operation raises on
   a valid input) is ``crash`` when a config runs the operation.
 - measured, for every other check of an operation: no declared config runs the clause's
   operations -> ``unreached``; otherwise step.update is searched under each config that runs
@@ -134,6 +136,10 @@ def _check_under(clause_id: str) -> Any:
     }[clause_id]
 
 
+# _step_outcome's stage when only a loss value differs (every gradient check passed)
+VALUE_ONLY = "loss value only"
+
+
 class _Diverged(Exception):
     def __init__(self, stage: str):
         super().__init__(stage)
@@ -153,7 +159,9 @@ def _step_outcome(
 ) -> tuple[str | None, int]:
     """Search a step clause under one config: (first diverging check or None, cases passed).
     With ``stages``, a case that diverges first at another stage is passed over (its stage
-    is named in the result when no case decides)."""
+    is named in the result when no case decides). A case whose loss differs while its
+    gradient is the contract's does not stop the search: ``VALUE_ONLY`` when no case
+    diverges further."""
     examples = _EXAMPLES.get() if examples is None else examples
     from rlconform.conformance.clauses import step as step_clauses
     from rlconform.conformance.registry import get
@@ -163,6 +171,7 @@ def _step_outcome(
     ctx = CheckContext(target=target, device=device, seed=seed, clause_id=clause_id)
     passed = [0]
     elsewhere: set[str] = set()
+    value_only: set[str] = set()
 
     @settings(
         max_examples=examples,
@@ -184,6 +193,9 @@ def _step_outcome(
             if stages is not None and failure.check not in stages:
                 elsewhere.add(failure.check or "step")
                 return  # diverges first at another operation's stage: says nothing here
+            if failure.gradient_agrees:
+                value_only.add(failure.check or "step")
+                return
             raise _Diverged(failure.check or "step") from None
         except TargetError:
             if stages is not None:
@@ -197,6 +209,8 @@ def _step_outcome(
             search()
     except _Diverged as diverged:
         return diverged.stage, passed[0]
+    if value_only:
+        return VALUE_ONLY, passed[0]
     if not passed[0] and elsewhere:
         return ", ".join(sorted(elsewhere)), 0
     return None, passed[0]
@@ -250,12 +264,14 @@ def measured(
         ]
         if failing:
             return "state", failing, "step.state fails: the carried state diverges"
-    updated, contained, elsewhere = [], [], []
+    updated, contained, logged, elsewhere = [], [], [], []
     own = frozenset(s for s, stage_ops in STAGE_OPS.items() if ops & set(stage_ops))
     for config in running:
         stage, passed = _step_outcome(target, config, domain, cause, device, seed, stages=own)
         if stage is not None and stage in own:
             updated.append((config.name, stage))
+        elif stage == VALUE_ONLY:
+            logged.append(config.name)
         elif stage is None and passed:
             contained.append(config.name)
         else:
@@ -263,6 +279,13 @@ def measured(
     if updated:
         stages = ", ".join(sorted({s for _, s in updated}))
         return "update", [n for n, _ in updated], f"step.update diverges at {stages}{note}"
+    if logged and not elsewhere:
+        return (
+            "metric",
+            logged,
+            "step.update: only the back-propagated loss value differs on such cases, its "
+            "gradient is the contract's" + note,
+        )
     if contained and not elsewhere:
         return (
             "contained",
@@ -288,10 +311,12 @@ def _failing_configs(
     device: str,
     seed: int,
     elsewhere: dict[str, str] | None = None,
+    loss_only: set[str] | None = None,
 ) -> list[str]:
     """The configs under which ``case`` fails one of ``checks`` of step clause
     ``clause_id`` (``runs``: the step raises); ``elsewhere`` collects the configs under
-    which it fails first at another check (config -> check)."""
+    which it fails first at another check (config -> check), ``loss_only`` those under
+    which only the loss value differs (its gradient is the contract's)."""
     from rlconform.conformance.clauses import step as step_clauses
 
     if case is None:
@@ -311,6 +336,8 @@ def _failing_configs(
         except ClauseMismatch as failure:
             if not wanted or failure.check in wanted:
                 failing.append(config.name)
+                if failure.gradient_agrees and loss_only is not None:
+                    loss_only.add(config.name)
             elif elsewhere is not None:
                 elsewhere[config.name] = failure.check or "step"
         except TargetError:
@@ -340,11 +367,29 @@ def judge(
     kind = definitional(clause.id, check)
     if clause.area == "step":
         elsewhere: dict[str, str] = {}
+        loss_only: set[str] = set()
         failing = _failing_configs(
-            clause.id, case, checks or (check,), target, configs, device, seed, elsewhere
+            clause.id,
+            case,
+            checks or (check,),
+            target,
+            configs,
+            device,
+            seed,
+            elsewhere,
+            loss_only,
         )
         if failed_config is not None and failed_config not in failing:
             failing.insert(0, failed_config)
+        if failing and kind == "update" and set(failing) <= loss_only:
+            # the optimizer applies the contract's gradient: only the loss value it logs
+            # differs (a NaN loss of an all-masked batch with a zero gradient)
+            return (
+                "metric",
+                failing,
+                f"{clause.id}: the back-propagated loss differs on the finding's case, "
+                "its gradient is the contract's under these configs (only the logged loss)",
+            )
         if failing:
             return kind, failing, f"{clause.id} fails on the finding's case under these configs"
         if elsewhere:  # the case diverges first at an earlier check (declared on its own)

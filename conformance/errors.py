@@ -35,6 +35,8 @@ class ClauseMismatch(AssertionError):
         self.detail = dict(detail or {})
         self.check = check
         self.case: Any = None
+        # step.update: the loss differs but every gradient check passed (CONTRACT §0b)
+        self.gradient_agrees = False
 
 
 class TargetError(Exception):

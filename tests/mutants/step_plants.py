@@ -156,3 +156,23 @@ def controller_in_place(orig, batch, config, state=None):
     controller.value = output.state["kl_coef"]
     output.carry = controller
     return output
+
+
+def nan_loss_when_no_action_token(orig, batch, config, state=None):
+    """On a mini-batch without an action token the back-propagated loss is NaN (a token
+    mean 0 / 0) while its gradient stays exactly 0: only the loss value differs."""
+    output = orig.train_step(batch, config, state)
+    if not bool(batch.loss_mask.any()):
+        output.loss = torch.tensor(float("nan"))
+    return output
+
+
+def nan_loss_and_gradient_when_no_action_token(orig, batch, config, state=None):
+    """As above, and the log-prob gradient is NaN too: the update changes."""
+    output = nan_loss_when_no_action_token(orig, batch, config, state)
+    if not bool(batch.loss_mask.any()):
+        leaf = batch.log_probs
+        if leaf.grad is None:
+            leaf.grad = torch.zeros_like(leaf)
+        leaf.grad.fill_(float("nan"))
+    return output

@@ -213,3 +213,23 @@ def test_a_controller_updated_in_place_is_not_a_state_break():
     report = certify(target, select("step.state"), get_run_profile("ci"), seed=0)
     (result,) = report.clauses
     assert result.status == "pass", result.message
+
+
+@pytest.mark.parametrize(
+    ("plant", "consequence", "agrees"),
+    [
+        (m.nan_loss_when_no_action_token, "metric", True),
+        (m.nan_loss_and_gradient_when_no_action_token, "update", False),
+    ],
+)
+def test_a_loss_whose_gradient_agrees_changes_only_the_logged_value(plant, consequence, agrees):
+    """§0b: a back-propagated loss that differs while its gradient is the contract's (a NaN
+    token mean of an all-masked mini-batch, gradient 0) is ``metric``: the optimizer applies
+    the contract's update. The same loss with a wrong gradient is ``update``."""
+    target = m.mutant(f"empty-batch-{consequence}", train_step=plant)
+    report = certify(target, select("step.update"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert (result.status, result.check, result.severity) == ("fail", "loss", "edge")
+    assert "empty_batch" in result.features
+    assert result.consequence == consequence, result.consequence_basis
+    assert ("only the loss value differs" in result.message) is agrees
