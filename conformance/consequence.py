@@ -303,10 +303,15 @@ def measured(
         )
     if elsewhere:
         where = "; ".join(f"{n}: {s or 'no case with the features'}" for n, s in elsewhere)
+        also = (
+            f"; under {', '.join(logged)} only the back-propagated loss value differs"
+            if logged
+            else ""
+        )
         return (
             None,
             [],
-            f"undetermined: the step diverges first elsewhere or has no such case ({where})",
+            f"undetermined: the step diverges first elsewhere or has no such case ({where}){also}",
         )
     return None, [], "undetermined: no step case with the finding's features"
 
