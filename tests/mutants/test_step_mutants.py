@@ -233,3 +233,22 @@ def test_a_loss_whose_gradient_agrees_changes_only_the_logged_value(plant, conse
     assert "empty_batch" in result.features
     assert result.consequence == consequence, result.consequence_basis
     assert ("only the loss value differs" in result.message) is agrees
+
+
+def test_a_declared_gradient_break_does_not_make_the_loss_value_only():
+    """The gradient comparison behind ``gradient_agrees`` ignores the baseline: a gradient
+    that differs is a differing gradient even where an entry declares it."""
+    from rlconform.adapters.base import Deviation
+
+    target = m.mutant(
+        "nan-gradient-declared", train_step=m.nan_loss_and_gradient_when_no_action_token
+    )
+    target.deviations = {
+        "step.update": [
+            Deviation("a NaN gradient on an empty batch", ("gradient", "gradient_off_actions"))
+        ]
+    }
+    report = certify(target, select("step.update"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert (result.status, result.check) == ("fail", "loss"), result.message
+    assert "only the loss value differs" not in result.message
