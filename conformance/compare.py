@@ -56,7 +56,8 @@ def _same(expected: float, actual: float) -> bool:
         return math.isnan(expected) and math.isnan(actual)
     if math.isinf(expected) or math.isinf(actual):
         return expected == actual
-    return False
+    # equal values agree whatever the tolerance's scale (a NaN scale allows nothing else)
+    return expected == actual
 
 
 def overflowed(

@@ -39,6 +39,7 @@ from rlconform.adapters.slime.ops import (
     SlimeRewardOps,
 )
 from rlconform.adapters.slime.pipeline import SlimeBatchOps, SlimeFilterOps, SlimeMetricsOps
+from rlconform.adapters.slime.step import SlimeStepOps
 
 # slime function -> (module, attribute). Compiled ones are unwrapped (module docstring).
 FUNCTIONS: dict[str, tuple[str, str]] = {
@@ -155,6 +156,15 @@ OP_NEEDS: dict[str, tuple[str, ...]] = {
         "Sample",
     ),
     "response_length_metrics": ("compute_metrics_from_samples", "Sample"),
+    "train_step": (
+        "post_process_rewards",
+        "Sample",
+        "compute_advantages_and_returns",
+        "loss_function",
+        "policy_loss_function",
+        "value_loss_function",
+        "reduce_train_step_metrics",
+    ),
 }
 
 _LOSS = "slime.backends.megatron_utils.loss"
@@ -318,6 +328,19 @@ BINDINGS: dict[str, dict[str, Any]] = {
         "functions": ["slime.observability.rollout_metrics.compute_metrics_from_samples"],
         "path": "rollout: log_rollout_data (rollout/ metrics)",
     },
+    "train_step": {
+        "functions": [
+            f"{_ROLLOUT}._post_process_rewards",
+            f"{_LOSS}.compute_advantages_and_returns",
+            f"{_LOSS}.loss_function",
+            f"{_LOSS}.policy_loss_function",
+            f"{_LOSS}.value_loss_function",
+            "slime.observability.train_metric_utils.reduce_train_step_metrics",
+        ],
+        "path": f"{_ACTOR}: train_actor / train_critic, then train_one_step per micro-batch "
+        "(Megatron's loss scaling and finalize_model_grads reproduced, named in "
+        "adapters/slime/step.py)",
+    },
 }
 
 
@@ -333,6 +356,7 @@ class SlimeTarget(
     SlimeBatchOps,
     SlimeFilterOps,
     SlimeMetricsOps,
+    SlimeStepOps,
     Target,
 ):
     """slime's own functions behind the canonical operation names."""

@@ -28,6 +28,7 @@ only the names slime's math path reads:
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
 import importlib.util
@@ -254,3 +255,54 @@ def rollout_conversion() -> tuple[Any, Any]:
             "slime.ray.rollout", "RolloutManager._convert_samples_to_train_data", namespace
         ),
     )
+
+
+# the sglang names ``slime.backends.sglang_utils.arguments`` imports at module level (it
+# adds sglang's server and router flags to slime's parser; the step reads none of them)
+_SGLANG_NAMES = {
+    "sglang.srt.server_args": "ServerArgs",
+    "sglang_router.launch_router": "RouterArgs",
+}
+
+
+def argument_defaults() -> argparse.Namespace:
+    """slime's own argument defaults: ``get_slime_extra_args_provider()`` on a bare parser,
+    parsed with only the one required flag (``--rollout-batch-size 1``).
+
+    ``slime.utils.arguments`` imports sglang's ``ServerArgs`` and the router's ``RouterArgs``
+    at module level. Where sglang is absent, both are shimmed **for the import only** (empty
+    classes, removed from ``sys.modules`` afterwards, so nothing else sees an sglang): slime's
+    own flags, the only ones read here, are added by slime's own code. Megatron's flags
+    that slime re-defaults (``--calculate-per-token-loss``, ``--micro-batch-size``) are added
+    by slime's ``reset_arg`` when the parser lacks them, as here.
+    """
+    added: list[str] = []
+    try:
+        for module, name in _SGLANG_NAMES.items():
+            if not _absent(module.split(".")[0]):
+                continue
+            parts = module.split(".")
+            for depth in range(1, len(parts) + 1):
+                prefix = ".".join(parts[:depth])
+                if prefix not in sys.modules:
+                    stub = types.ModuleType(prefix)
+                    stub.__rlconform_shim__ = (
+                        "sglang argument classes, for importing slime's parser"
+                    )
+                    sys.modules[prefix] = stub
+                    added.append(prefix)
+            setattr(sys.modules[module], name, type(name, (), {}))
+        try:
+            arguments = importlib.import_module("slime.utils.arguments")
+        except ImportError as exc:
+            raise SetupError(f"cannot import slime.utils.arguments (slime's flags): {exc}") from exc
+        parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+        arguments.get_slime_extra_args_provider()(parser)
+        return parser.parse_args(["--rollout-batch-size", "1"])
+    finally:
+        for prefix in added:
+            sys.modules.pop(prefix, None)
+        if added:
+            # the modules that imported the stubs: a later import must see the real absence
+            for name in ("slime.utils.arguments", "slime.backends.sglang_utils.arguments"):
+                sys.modules.pop(name, None)

@@ -552,6 +552,10 @@ def _fail_for(ctx: Any, config: TrainerConfig) -> Any:
                     if isinstance(exc.detail, dict):
                         exc.detail.setdefault("config", config.name)
                     exc._config_named = True
+                if isinstance(exc, TargetError) and getattr(exc, "detail", None) is None:
+                    # a crash names its config too: a baseline entry scoped to the config
+                    # it happens under covers it (and one scoped elsewhere does not)
+                    exc.detail = {"config": config.name}
                 if isinstance(exc, ClauseMismatch | TargetError) and not _inexpressible(exc):
                     return bool(ctx.observer.tolerate(exc))
                 return False

@@ -36,7 +36,14 @@ def test_real_slime_matches_its_baseline(real_target):
     for clause_id in real_target.deviations:
         assert results[clause_id].status == "deviation", (clause_id, results[clause_id].message)
     assert results["logprob.alignment"].status == "pass"
-    assert {row["op"] for row in report.bindings} >= {"seqlen_partitions", "apply_kl_in_reward"}
+    assert {row["op"] for row in report.bindings} >= {
+        "seqlen_partitions",
+        "apply_kl_in_reward",
+        "train_step",
+    }
+    assert {c.name for c in real_target.trainer_configs()} >= {"default", "ppo_gae"}
+    for clause_id in ("step.update", "step.metrics", "step.state"):
+        assert results[clause_id].status in ("pass", "deviation"), clause_id
 
 
 def test_real_slime_version_names_the_commit(real_target):
