@@ -415,14 +415,16 @@ def judge(
             )
         basis = "was not replayed" if case is None else "passed on replay"
         return kind, names, f"{clause.id}: the finding's case {basis}"
+    # the configs whose step runs the operation: the ones under which it has its consequence
+    running = [c.name for c in configs if ops & c.ops] or names
     if kind is not None:
         if not run_anywhere:
             return "unreached", [], f"no trainer config runs {', '.join(sorted(ops))}"
-        return kind, names, f"definitional: check {check!r} of {clause.id}"
+        return kind, running, f"definitional: check {check!r} of {clause.id}"
     if check == "runs":
         if not run_anywhere:
             return "unreached", [], f"no trainer config runs {', '.join(sorted(ops))}"
-        return "crash", names, "the operation raises on a valid input"
+        return "crash", running, "the operation raises on a valid input"
     try:
         return measured(clause, check, severity, features, target, configs, device, seed, case)
     except BindingDefect as defect:

@@ -188,9 +188,11 @@ class LossOps:
         response_mask: torch.Tensor,
         *,
         cliprange_value: float | None,
+        scale: float | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """loss.value_clip: scale * max((v - R)^2, (clamp(v, v_old -+ c) - R)^2); c None:
-        unclipped."""
+        unclipped. ``scale`` None: the profile's ``value_loss_scale`` (the step passes its
+        trainer config's)."""
         action = response_mask.bool()
         v, ret, v_old = _on_actions(action, vpreds, returns, values)
         if cliprange_value is None:
@@ -198,7 +200,8 @@ class LossOps:
         else:
             v_clip = torch.clamp(v, v_old - cliprange_value, v_old + cliprange_value)
         plain, clipped = (v - ret) ** 2, (v_clip - ret) ** 2
-        scale = self.profile.get("value_loss_scale", 0.5)
+        if scale is None:
+            scale = self.profile.get("value_loss_scale", 0.5)
         loss = torch.where(action, scale * torch.maximum(plain, clipped), torch.zeros_like(v))
         return loss, {"vf_clipfrac": _share(clipped > plain, action, vpreds.dtype)}
 

@@ -65,6 +65,7 @@ TORCHREF_CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
             "whiten_advantages": False,
             "cliprange_value": None,
             "loss_agg_mode": "seq-mean-token-mean",
+            "value_loss_scale": 1.0,  # slime's value loss has no 1/2
         },
     ),
 )
@@ -191,6 +192,7 @@ class StepOps:
                     _rows(batch.values, index),
                     m,
                     cliprange_value=cfg["cliprange_value"],
+                    scale=cfg["value_loss_scale"],  # the trainer config's, not the profile's
                 )
                 v = self.agg_loss(vl, m, cfg["loss_agg_mode"], **agg)
                 v.backward()

@@ -176,3 +176,15 @@ def nan_loss_and_gradient_when_no_action_token(orig, batch, config, state=None):
             leaf.grad = torch.zeros_like(leaf)
         leaf.grad.fill_(float("nan"))
     return output
+
+
+def raises_under_dr_grpo(orig, batch, config, state=None):
+    """The step raises under config ``dr_grpo`` only (a crash one config meets)."""
+    if config.name == "dr_grpo":
+        raise RuntimeError("planted: the dr_grpo step raises")
+    return orig.train_step(batch, config, state)
+
+
+def rloo_raises(orig, token_level_rewards, response_mask, index, *args, **kwargs):
+    """adv.rloo raises on every input: a crash of an operation one config runs."""
+    raise RuntimeError("planted: advantage_rloo raises")

@@ -252,3 +252,30 @@ def test_a_declared_gradient_break_does_not_make_the_loss_value_only():
     (result,) = report.clauses
     assert (result.status, result.check) == ("fail", "loss"), result.message
     assert "only the loss value differs" not in result.message
+
+
+@pytest.mark.parametrize(
+    ("configs", "status"), [(["dr_grpo"], "deviation"), (["default"], "error")]
+)
+def test_a_crash_under_one_config_is_covered_only_by_an_entry_scoped_to_it(configs, status):
+    """A crash names the trainer config it happened under, so a ``runs`` entry scoped by
+    config covers it there and nowhere else (without the name no scoped entry covered it)."""
+    from rlconform.adapters.base import Deviation
+
+    target = m.mutant("raises_dr_grpo", train_step=m.raises_under_dr_grpo)
+    target.deviations = {
+        "step.update": [Deviation("the dr_grpo step raises", ("runs",), configs=tuple(configs))]
+    }
+    report = certify(target, select("step.update"), get_run_profile("ci"))
+    (result,) = report.clauses
+    assert result.status == status, result.message
+
+
+def test_a_crash_is_graded_under_the_configs_that_run_the_operation():
+    """CONTRACT §0b: an operation that raises is ``crash`` under the configs whose step runs
+    it (torchref: only ``rloo_kl_loss`` runs adv.rloo), not under every declared config."""
+    target = m.mutant("rloo-raises", advantage_rloo=m.rloo_raises)
+    report = certify(target, select("adv.rloo"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert result.status == "error", result.message
+    assert (result.consequence, result.configs) == ("crash", ["rloo_kl_loss"])
