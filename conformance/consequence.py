@@ -58,6 +58,11 @@ PURITY_CHECKS = frozenset({"no_mutation", "deterministic", "idempotent", "order"
 # Cases drawn per config when a consequence is measured on the step: the run profile's own
 # per-clause budget (ci: 25), at most this many.
 SEARCH_EXAMPLES = 60
+# ``contained`` is a claim that the trainer masks the wrong values away: it needs at least
+# this many passing cases with the finding's features under a config (fewer says nothing:
+# slime's per-token phantom denominator passed the 7 edge cases a search drew, all with
+# zero advantages, yet changes the update of any case with a nonzero one)
+CONTAINED_EVIDENCE = 10
 
 
 _EXAMPLES: contextvars.ContextVar[int] = contextvars.ContextVar(
@@ -281,8 +286,10 @@ def measured(
             updated.append((config.name, stage))
         elif stage == VALUE_ONLY:
             logged.append(config.name)
-        elif stage is None and passed:
+        elif stage is None and passed >= CONTAINED_EVIDENCE:
             contained.append(config.name)
+        elif stage is None and passed:
+            elsewhere.append((config.name, f"only {passed} such cases ran, all passing"))
         else:
             elsewhere.append((config.name, stage))
     if updated:

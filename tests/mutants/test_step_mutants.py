@@ -279,3 +279,21 @@ def test_a_crash_is_graded_under_the_configs_that_run_the_operation():
     (result,) = report.clauses
     assert result.status == "error", result.message
     assert (result.consequence, result.configs) == ("crash", ["rloo_kl_loss"])
+
+
+@pytest.mark.parametrize(("passed", "consequence"), [(3, None), (10, "contained")])
+def test_contained_needs_enough_passing_cases(monkeypatch, passed, consequence):
+    """CONTRACT §0b ``contained`` claims the trainer masks the wrong values away: a search
+    where only a few cases carried the finding's features says nothing (undetermined)."""
+    from rlconform.conformance import consequence as c
+    from rlconform.conformance.registry import get
+
+    target = m.mutant("grpo-padding", advantage_grpo=m.grpo_padding)
+    monkeypatch.setattr(c, "_step_outcome", lambda *args, **kwargs: (None, passed))
+    configs = [config for config in target.trainer_configs() if config.name == "default"]
+    kind, names, basis = c.measured(
+        get("adv.invariants"), None, "nominal", ["padding_finite"], target, configs, "cpu", 0
+    )
+    assert kind == consequence, basis
+    if consequence is None:
+        assert f"only {passed} such cases ran" in basis
