@@ -505,3 +505,19 @@ def test_finding_gae_skips_whitening_for_one_action_token(roll):
     assert data.batch["advantages"].tolist() == [[-1.0]]
     advantages, _ = oracle_adv.gae([[0.0]], [[1.0]], [[1]], [True], [0.0], gamma=1.0, lam=1.0)
     assert advantages == [[0.0]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("clause_id", ["step.update", "step.metrics", "step.state"])
+def test_reference_targets_pass_under_rolls_configs(roll, clause_id, request):
+    """CONTRACT step: torchref and the oracle pass under the settings of every config ROLL
+    declares (so a ROLL finding is never the contract's own)."""
+    from rlconform.adapters.base import with_overrides
+    from tests.conftest import certify_one
+
+    configs = roll.trainer_configs()
+    assert configs
+    for base in (request.getfixturevalue("torchref"), request.getfixturevalue("oracle_target")):
+        target = with_overrides(base, trainer_configs=lambda self: configs)
+        result = certify_one(target, clause_id)
+        assert result.status == "pass", (type(base).__name__, result.message)
