@@ -188,11 +188,25 @@ class LossOps:
         response_mask: torch.Tensor,
         *,
         cliprange_value: float | None,
-        scale: float | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """loss.value_clip: scale * max((v - R)^2, (clamp(v, v_old -+ c) - R)^2); c None:
-        unclipped. ``scale`` None: the profile's ``value_loss_scale`` (the step passes its
-        trainer config's)."""
+        """loss.value_clip: scale * max((v - R)^2, (clamp(v, v_old -+ c) - R)^2) with the
+        profile's ``value_loss_scale``; c None: unclipped."""
+        scale = self.profile.get("value_loss_scale", 0.5)
+        return self.scaled_value_loss(
+            vpreds, returns, values, response_mask, cliprange_value=cliprange_value, scale=scale
+        )
+
+    def scaled_value_loss(
+        self,
+        vpreds: torch.Tensor,
+        returns: torch.Tensor,
+        values: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        cliprange_value: float | None,
+        scale: float,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``value_loss`` with an explicit ``scale`` (the step passes its trainer config's)."""
         action = response_mask.bool()
         v, ret, v_old = _on_actions(action, vpreds, returns, values)
         if cliprange_value is None:
@@ -200,8 +214,6 @@ class LossOps:
         else:
             v_clip = torch.clamp(v, v_old - cliprange_value, v_old + cliprange_value)
         plain, clipped = (v - ret) ** 2, (v_clip - ret) ** 2
-        if scale is None:
-            scale = self.profile.get("value_loss_scale", 0.5)
         loss = torch.where(action, scale * torch.maximum(plain, clipped), torch.zeros_like(v))
         return loss, {"vf_clipfrac": _share(clipped > plain, action, vpreds.dtype)}
 

@@ -186,7 +186,7 @@ class StepOps:
             sums["entropy_sum"] += float(ent.detach()[on].sum())
             sums["kl_sum"] += float(kl.detach()[on].sum())
             if cfg["critic"]:
-                vl, v_metrics = self.value_loss(
+                vl, v_metrics = self.scaled_value_loss(
                     _rows(batch.vpreds, index),
                     _rows(returns, index),
                     _rows(batch.values, index),
