@@ -24,6 +24,18 @@ def certify_one(
     return run_clause(get(clause_id), target, get_run_profile(profile), grading=grading)
 
 
+def assert_reference_targets_pass_under(configs: list, clause_id: str) -> None:
+    """CONTRACT step: torchref and the oracle pass ``clause_id`` under the settings of
+    ``configs`` (a framework's declared configs: its findings are never the contract's own)."""
+    from rlconform.adapters.base import with_overrides
+
+    assert configs
+    for base in (TorchRef(), OracleTarget()):
+        target = with_overrides(base, trainer_configs=lambda self: configs)
+        result = certify_one(target, clause_id)
+        assert result.status == "pass", (type(base).__name__, result.message)
+
+
 def assert_caught(target: Target, clause_id: str) -> ClauseResult:
     """A broken variant must fail (not error, not pass) on the clause it breaks. Ungraded:
     the first failing case as found (no shrinking, no severity); a test that asserts the

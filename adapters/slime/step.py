@@ -263,8 +263,9 @@ def _logits(rows: Sequence[torch.Tensor], masks: Sequence[torch.Tensor]) -> torc
     return packed.to(torch.float32).unsqueeze(0)
 
 
-def _values_head(rows: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The packed ``[1, sum(L_i + 1), 1]`` value-head output (as ``SlimeLossOps.value_loss``)."""
+def _values_head(rows: Sequence[torch.Tensor], masks: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The packed ``[1, sum(L_i + 1), 1]`` value-head output (as ``SlimeLossOps.value_loss``;
+    every position carries its value, the masks are not needed)."""
     pieces = [torch.cat([r, r.new_zeros(1)]) for r in rows]
     return torch.cat(pieces).to(torch.float32).reshape(1, -1, 1)
 
@@ -395,7 +396,7 @@ class SlimeStepOps:
                 leaves,
                 masks,
                 batch.log_probs,
-                lambda rows, mb_masks=None: _logits(rows, mb_masks),
+                _logits,
             )
             metrics.update(logged)
         return StepOutput(
@@ -450,10 +451,7 @@ class SlimeStepOps:
             part = {k: [rollout_data[k][i] for i in rows] for k in keys if k in rollout_data}
             part["rollout_mask_sums"] = rollout_data["rollout_mask_sums"][rows]
             mb_leaves = [leaves[i] for i in rows]
-            if head is _values_head:
-                output = _values_head(mb_leaves)
-            else:
-                output = head(mb_leaves, [masks[i] for i in rows])
+            output = head(mb_leaves, [masks[i] for i in rows])
             loss, normalizer, log = self.fw.loss_function(
                 args, part, num_microbatches, step_global_batch_size, output
             )

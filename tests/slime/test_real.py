@@ -55,15 +55,9 @@ def test_real_slime_version_names_the_commit(real_target):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("clause_id", ["step.update", "step.metrics", "step.state"])
-def test_reference_targets_pass_under_slimes_configs(real_target, clause_id, request):
+def test_reference_targets_pass_under_slimes_configs(real_target, clause_id):
     """CONTRACT step: torchref and the oracle pass under the settings of every config slime
     declares (so a slime finding is never the contract's own)."""
-    from rlconform.adapters.base import with_overrides
-    from tests.conftest import certify_one
+    from tests.conftest import assert_reference_targets_pass_under
 
-    configs = real_target.trainer_configs()
-    assert configs
-    for base in (request.getfixturevalue("torchref"), request.getfixturevalue("oracle_target")):
-        target = with_overrides(base, trainer_configs=lambda self: configs)
-        result = certify_one(target, clause_id)
-        assert result.status == "pass", (type(base).__name__, result.message)
+    assert_reference_targets_pass_under(real_target.trainer_configs(), clause_id)
