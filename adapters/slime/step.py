@@ -63,6 +63,7 @@ from typing import Any
 import torch
 
 from rlconform.adapters.base import Inexpressible, SetupError
+from rlconform.adapters.logits_from_logprobs import two_token_logits
 from rlconform.adapters.slime import layout, loader, runtime
 from rlconform.adapters.step_io import StepBatch, StepOutput
 from rlconform.conformance.trainer_config import TrainerConfig
@@ -134,9 +135,6 @@ _READS = (
     "custom_pg_loss_reducer_function_path",
     "keep_old_actor",
 )
-
-# the smallest |log-prob| at an action token whose logits carry a gradient in float32
-_LOGPROB_CEILING = -1e-30
 
 
 def _validated(args: argparse.Namespace) -> argparse.Namespace:
@@ -235,26 +233,11 @@ def _uncompiled_globals() -> Iterator[None]:
 
 def _logits(rows: Sequence[torch.Tensor], masks: Sequence[torch.Tensor]) -> torch.Tensor:
     """The packed ``[1, sum(L_i + 1), 2]`` float32 logits whose log-softmax at token id 0
-    is each sample's leaf log-prob row, a one-token prompt first (module docstring)."""
+    is each sample's leaf log-prob row, a one-token prompt first (module docstring;
+    ``adapters/logits_from_logprobs.py``)."""
     pieces = []
     for i, (lp, mask) in enumerate(zip(rows, masks, strict=True)):
-        action = mask.bool()
-        bad_action = action & ~(lp < _LOGPROB_CEILING)
-        if bool(bad_action.any()):
-            t = int(bad_action.nonzero()[0])
-            raise Inexpressible(
-                f"sample {i}, token {t}: log-prob {float(lp[t].detach())!r} at an action token has no "
-                "logits with a gradient (slime derives log-probs from float32 logits; "
-                "probability 1 or more)"
-            )
-        usable = lp < _LOGPROB_CEILING
-        finite_junk = ~usable & torch.isfinite(lp)
-        safe = torch.where(usable, lp, torch.full_like(lp, -0.5))
-        other = torch.log(-torch.expm1(safe))
-        half = torch.full_like(lp, -0.6931471805599453) + 0 * lp
-        z0 = torch.where(finite_junk, half, lp)
-        z1 = torch.where(usable, other, torch.where(finite_junk, half, lp))
-        token = torch.stack([z0, z1], dim=-1)
+        token = two_token_logits(lp, mask, framework="slime", sample=i)
         prompt_and_tail = torch.zeros((1, 2), dtype=lp.dtype, device=lp.device)
         # position p predicts token p + 1: the prompt's logits give response token 0, the
         # last response token's logits predict nothing (zeros)
