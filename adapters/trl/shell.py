@@ -51,6 +51,7 @@ class SingleRank:
     def __init__(self, num_processes: int = 1):
         self.num_processes = num_processes
         self.process_index = 0
+        self.is_main_process = True  # read by profiling_decorator (compute_loss)
         self.device = torch.device("cpu")
         self.sync_gradients = True
 

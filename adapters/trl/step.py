@@ -133,6 +133,7 @@ class StepOps:
     """The `step` operation of ``GRPOTrainer`` (module docstring)."""
 
     step_metric_names = STEP_METRIC_NAMES
+    step_configs: tuple[tuple[str, dict[str, Any]], ...] = TRL_STEP_CONFIGS
     shell: Any
     version: str
 
@@ -140,8 +141,8 @@ class StepOps:
         cached = self.__dict__.get("_trl_trainer_configs")
         if cached is None:
             cached = []
-            for name, fields in TRL_STEP_CONFIGS:
-                args = self.shell.config(**fields)
+            for name, fields in self.step_configs:
+                args = self._step_config(**fields)
                 cached.append(
                     TrainerConfig(
                         name,
@@ -158,7 +159,7 @@ class StepOps:
         """step.update: one optimizer step of GRPOTrainer on ``batch`` (module docstring)."""
         from trl.trainer.utils import split_tensor_dict
 
-        fields = dict(TRL_STEP_CONFIGS).get(config.name)
+        fields = dict(self.step_configs).get(config.name)
         if fields is None:
             raise SetupError(f"TRL declares no trainer config {config.name!r}")
         rows = len(batch.uids)
@@ -183,7 +184,7 @@ class StepOps:
             )
         order, group_size = grouping
         n_micro = len(batch.micro_batches)
-        args = self.shell.config(
+        args = self._step_config(
             **fields,
             num_generations=group_size,
             per_device_train_batch_size=sizes.pop(),
@@ -193,7 +194,7 @@ class StepOps:
             k: v for k, v in config.resolved.items() if k in contract_settings(args)
         }:
             raise SetupError(f"TRL config {config.name!r}: settings differ at these batch sizes")
-        trainer = self.shell.trainer(args, accumulation_steps=n_micro)
+        trainer = self._step_trainer(args, n_micro)
         width = batch.response_mask.shape[1]
         longest = max(lengths)
         perm = torch.tensor(order, dtype=torch.long)
@@ -225,13 +226,9 @@ class StepOps:
         total = 0.0
         for rows_of_mb, inputs in zip(batch.micro_batches, chunks):
             index = torch.tensor(rows_of_mb, dtype=torch.long)
-            given = (logp.index_select(0, index), entropy.index_select(0, index))
-
-            def per_token_logps(model: Any, *a: Any, _given=given, **k: Any) -> tuple[Any, ...]:
-                return (*_given, None) if self.shell.bindings.logps_returns_aux else _given
-
-            trainer._get_per_token_logps_and_entropies = per_token_logps
-            loss = trainer._compute_loss(self.shell._policy, inputs)
+            loss = self._micro_batch_loss(
+                trainer, inputs, logp.index_select(0, index), entropy.index_select(0, index)
+            )
             loss.backward()  # Trainer.training_step: accelerator.backward(loss), no rescale
             total += float(loss.detach())
         advantages = layout.on_actions(
@@ -243,6 +240,27 @@ class StepOps:
             metrics=_logged(trainer._metrics["train"]),
             state={},
         )
+
+    # -- what a branch of GRPOTrainer changes (adapters/trl_liger overrides them) --------
+
+    def _step_config(self, **fields: Any) -> Any:
+        return self.shell.config(**fields)
+
+    def _step_trainer(self, args: Any, n_micro: int) -> Any:
+        return self.shell.trainer(args, accumulation_steps=n_micro)
+
+    def _micro_batch_loss(
+        self, trainer: Any, inputs: dict[str, Any], logps: torch.Tensor, entropies: torch.Tensor
+    ) -> torch.Tensor:
+        """``compute_loss``'s default branch, ``_compute_loss``, on one micro-batch; the
+        shell's ``_get_per_token_logps_and_entropies`` returns the micro-batch's leaf rows."""
+        given = (logps, entropies)
+
+        def per_token_logps(model: Any, *a: Any, **k: Any) -> tuple[Any, ...]:
+            return (*given, None) if self.shell.bindings.logps_returns_aux else given
+
+        trainer._get_per_token_logps_and_entropies = per_token_logps
+        return trainer._compute_loss(self.shell._policy, inputs)
 
 
 def _cut(tensor: torch.Tensor, longest: int) -> torch.Tensor:
