@@ -161,10 +161,13 @@ def _step_outcome(
     clause_id: str = "step.update",
     stages: frozenset[str] | None = None,
     examples: int | None = None,
+    excluded: frozenset[str] = frozenset(),
 ) -> tuple[str | None, int]:
     """Search a step clause under one config: (first diverging check or None, cases passed).
     With ``stages``, a case that diverges first at another stage is passed over (its stage
-    is named in the result when no case decides). A case whose loss differs while its
+    is named in the result when no case decides). A case carrying any of ``excluded``, or a
+    feature outside ``domain``, is passed over too when ``excluded`` is given (the ordinary
+    cases of ``_ordinary_divergence``). A case whose loss differs while its
     gradient is the contract's does not stop the search: ``VALUE_ONLY`` when no case
     diverges further."""
     examples = _EXAMPLES.get() if examples is None else examples
@@ -183,6 +186,11 @@ def _step_outcome(
         ``stages`` is noted and the search goes on (defined outside ``search``: hypothesis
         seeds its derandomized draws from the source of the function it runs, so that
         source stays as it was and the cases drawn do not move)."""
+        if excluded:
+            carried = clause.features(case)
+            if carried & excluded or any(FEATURES[f].domain != domain for f in carried):
+                # passed over as a refusal is: ``search``'s source stays as it was
+                raise step_clauses.RefusedByProfile("not an ordinary case")
         try:
             one_config(ctx, case, config)
         except ClauseMismatch as failure:
@@ -228,6 +236,35 @@ def _step_outcome(
     if not passed[0] and elsewhere:
         return ", ".join(sorted(elsewhere)), 0
     return None, passed[0]
+
+
+_ALREADY = (
+    "the step diverges at {stage} on ordinary cases too (a nominal finding under this "
+    "config), so the features' own effect there cannot be told apart"
+)
+
+
+def _ordinary_divergence(
+    target: Any,
+    config: Any,
+    stages: frozenset[str],
+    cause: frozenset[str],
+    device: str,
+    seed: int,
+) -> str | None:
+    """The stage (of ``stages``) at which ``config``'s step diverges on ordinary cases, or
+    None; cached on the target for the run. An ordinary case carries nominal features only,
+    and none of the finding's ``cause`` (a nominal feature can be a cause: mask holes). A
+    finding whose features' cases diverge at that same stage is not credited with the
+    divergence: under such a config every case diverges there (e.g. a loss type whose
+    normaliser is wrong on every batch), whatever the finding's features do."""
+    cache = target.__dict__.setdefault("_rlconform_ordinary_divergence", {})
+    key = (config.name, stages, cause, seed, _EXAMPLES.get())
+    if key not in cache:
+        cache[key] = _step_outcome(
+            target, config, "nominal", frozenset(), device, seed, stages=stages, excluded=cause
+        )[0]
+    return cache[key]
 
 
 def measured(
@@ -282,6 +319,11 @@ def measured(
     own = frozenset(s for s, stage_ops in STAGE_OPS.items() if ops & set(stage_ops))
     for config in running:
         stage, passed = _step_outcome(target, config, domain, cause, device, seed, stages=own)
+        if stage is not None and stage in own and cause:
+            ordinary = _ordinary_divergence(target, config, own, cause, device, seed)
+            if ordinary == stage:
+                elsewhere.append((config.name, _ALREADY.format(stage=stage)))
+                continue
         if stage is not None and stage in own:
             updated.append((config.name, stage))
         elif stage == VALUE_ONLY:

@@ -297,3 +297,59 @@ def test_contained_needs_enough_passing_cases(monkeypatch, passed, consequence):
     assert kind == consequence, basis
     if consequence is None:
         assert f"only {passed} such cases ran" in basis
+
+
+@pytest.mark.parametrize(("ordinary", "consequence"), [("gradient", None), (None, "update")])
+def test_a_divergence_ordinary_cases_share_is_not_the_features_own(
+    monkeypatch, ordinary, consequence
+):
+    """CONTRACT §0b: under a config whose step diverges at a stage on ordinary cases too (a
+    nominal finding there, e.g. a loss type whose normaliser is wrong on every batch), an
+    edge finding whose cases diverge at that same stage is not credited with it."""
+    from rlconform.conformance import consequence as c
+    from rlconform.conformance.registry import get
+
+    def outcome(target, config, domain, required, *args, **kwargs):
+        if domain == "nominal" and not required:
+            return ordinary, 0 if ordinary else 20
+        return "gradient", 5
+
+    target = m.mutant("agg-local", agg_loss=m.agg_local)
+    monkeypatch.setattr(c, "_step_outcome", outcome)
+    configs = [config for config in target.trainer_configs() if config.name == "default"]
+    kind, names, basis = c.measured(
+        get("loss.ppo_clip"), "grad", "edge", ["extreme_log_ratio"], target, configs, "cpu", 0
+    )
+    assert kind == consequence, basis
+    if consequence is None:
+        assert "on ordinary cases too" in basis
+    else:
+        assert names == ["default"]
+
+
+def test_ordinary_cases_carry_none_of_the_findings_features(monkeypatch):
+    """CONTRACT §0b: the ordinary cases a divergence is compared with leave out the
+    finding's own features (a nominal-domain draw can still carry an edge feature: verl's
+    GAE dropping a reward on a mask-0 token would otherwise be 'ordinary' and its own
+    update consequence lost)."""
+    from rlconform.conformance import consequence as c
+    from rlconform.conformance.registry import get
+
+    seen = []
+
+    def outcome(target, config, domain, required, *args, excluded=frozenset(), **kwargs):
+        if domain == "nominal" and not required:
+            seen.append(excluded)
+            # only cases with the finding's feature diverge
+            return (None, 20) if "hole_reward" in excluded else ("advantages", 0)
+        return "advantages", 5
+
+    target = m.mutant("agg-local", agg_loss=m.agg_local)
+    monkeypatch.setattr(c, "_step_outcome", outcome)
+    configs = [config for config in target.trainer_configs() if config.name == "ppo_gae"]
+    kind, names, basis = c.measured(
+        get("adv.gae"), "advantages", "edge", ["hole_reward"], target, configs, "cpu", 0
+    )
+    assert seen == [frozenset({"hole_reward"})]
+    assert kind == "update", basis
+    assert names == ["ppo_gae"]
