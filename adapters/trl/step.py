@@ -134,6 +134,7 @@ class StepOps:
 
     step_metric_names = STEP_METRIC_NAMES
     step_configs: tuple[tuple[str, dict[str, Any]], ...] = TRL_STEP_CONFIGS
+    config_source_note = ""  # what a branch of GRPOTrainer adds to every config (report)
     shell: Any
     version: str
 
@@ -148,7 +149,7 @@ class StepOps:
                         name,
                         contract_settings(args),
                         native=_native(fields, args),
-                        source=f"trl {self.version} GRPOConfig()"
+                        source=f"trl {self.version} GRPOConfig({self.config_source_note})"
                         + (" with fields" if fields else ""),
                     )
                 )
