@@ -14,6 +14,7 @@ BUILTIN_TARGETS: dict[str, str] = {
     "verl": "rlconform.adapters.verl:load",
     "slime": "rlconform.adapters.slime:load",
     "trl": "rlconform.adapters.trl:load",
+    "trl-liger": "rlconform.adapters.trl_liger:load",
     "openrlhf": "rlconform.adapters.openrlhf:load",
 }
 
