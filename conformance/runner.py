@@ -67,6 +67,10 @@ class _AllSkipped(BaseException):
 MIN_SKIPPED_BEFORE_GIVING_UP = 50
 
 
+# After the limit, the alarm repeats this often until the block gives up.
+_ALARM_RETRY_S = 0.05
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
     """Interrupt the block after ``seconds`` (main thread on POSIX; elsewhere unbounded)."""
@@ -79,16 +83,39 @@ def time_limit(seconds: float) -> Iterator[None]:
         yield
         return
 
+    fired = done = False
+
     def on_alarm(signum: int, frame: Any) -> None:
+        # The raise can land where Python swallows it (a gc callback, a __del__): re-arm a
+        # short alarm so that it is retried, and remember it for the exit below.
+        nonlocal fired
+        fired = True
+        if done:
+            return
+        signal.setitimer(signal.ITIMER_REAL, _ALARM_RETRY_S)
         raise _TimeLimitExceeded()
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
+    except _TimeLimitExceeded:
+        raise
+    except BaseException:
+        if fired:  # whatever came out after the limit, the clause ran past it
+            raise _TimeLimitExceeded() from None
+        raise
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        while True:  # a retry alarm landing here must not leave the handler installed
+            try:
+                done = True
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+                break
+            except _TimeLimitExceeded:
+                continue
+    if fired:  # every raise was swallowed and the block still finished
+        raise _TimeLimitExceeded()
 
 
 def resolve_strategy(clause: Clause, target: Target) -> SearchStrategy | None:
