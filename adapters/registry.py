@@ -16,6 +16,7 @@ BUILTIN_TARGETS: dict[str, str] = {
     "trl": "rlconform.adapters.trl:load",
     "trl-liger": "rlconform.adapters.trl_liger:load",
     "openrlhf": "rlconform.adapters.openrlhf:load",
+    "areal": "rlconform.adapters.areal:load",
 }
 
 

@@ -1,0 +1,83 @@
+"""The bindings against values worked out by hand from the contract's formulas, on AReaL's
+real functions (needs AReaL 1.0.4)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tests.areal.conftest import needs_areal
+
+pytestmark = needs_areal
+
+
+def test_ppo_clip_per_token_loss_and_clipfrac_by_hand(areal):
+    # ratios e^0.5 (clipped at 1.2 for A > 0), e^-0.1 (inside), a tool token, padding
+    old = torch.tensor([[-1.0, -1.0, -2.0, 0.0]])
+    logp = torch.tensor([[-0.5, -1.1, -2.0, 0.0]], requires_grad=True)
+    adv = torch.tensor([[1.0, -2.0, 5.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0, 0]])
+    loss, metrics = areal.ppo_clip_loss(
+        old, logp, adv, mask, clip_ratio_low=0.2, clip_ratio_high=0.2
+    )
+    assert loss.shape == (1, 4)
+    assert loss[0, 0].item() == pytest.approx(-1.2, rel=1e-6)  # max(-e^0.5, -1.2)
+    assert loss[0, 1].item() == pytest.approx(2.0 * math.exp(-0.1), rel=1e-6)
+    assert loss[0, 3].item() == 0.0  # padding is not in the packed micro-batch
+    assert metrics["clipfrac"].item() == pytest.approx(0.5)
+    (grad,) = torch.autograd.grad(loss[0, :2].sum(), logp)
+    assert grad[0].tolist() == pytest.approx([0.0, 2.0 * math.exp(-0.1), 0.0, 0.0], rel=1e-6)
+
+
+def test_dual_clip_caps_a_negative_advantage_at_c_times_its_size(areal):
+    loss, _ = areal.ppo_clip_loss(
+        torch.tensor([[-2.0]]),
+        torch.tensor([[0.0]]),
+        torch.tensor([[-1.0]]),
+        torch.tensor([[1]]),
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.2,
+        clip_ratio_c=3.0,
+    )
+    assert loss.item() == pytest.approx(3.0)  # min(e^2, 3) * |A|
+
+
+def test_value_loss_is_half_the_larger_squared_error(areal):
+    loss, metrics = areal.value_loss(
+        torch.tensor([[1.0, 0.0]]),
+        torch.tensor([[0.0, 0.0]]),
+        torch.tensor([[0.5, 0.0]]),
+        torch.tensor([[1, 0]]),
+        cliprange_value=0.2,
+    )
+    # v_clip = 0.5 + clamp(0.5, +-0.2) = 0.7: max(1.0, 0.49) / 2
+    assert loss[0, 0].item() == pytest.approx(0.5)
+    assert metrics["vf_clipfrac"].item() == 0.0
+
+
+def test_k3_by_hand(areal):
+    kl = areal.kl_penalty(torch.tensor([[-1.0]]), torch.tensor([[-2.0]]), "low_var_kl")
+    assert kl.item() == pytest.approx(math.exp(-1.0) - 1 + 1.0, rel=1e-6)
+
+
+def test_grpo_advantages_by_hand(areal):
+    # one group of two (rows 0 and 2, interleaved with the other group), unbiased std
+    scores = torch.tensor([[0.0, 1.0], [0.0, 2.0], [3.0, 0.0], [0.0, 2.0]])
+    mask = torch.tensor([[1, 1], [1, 1], [1, 0], [1, 1]])
+    adv, ret = areal.advantage_grpo(scores, mask, ["a", "b", "a", "b"], epsilon=1e-5)
+    std = math.sqrt(2.0)  # scores 1 and 3: mean 2, unbiased std sqrt(2)
+    assert adv[0].tolist() == pytest.approx([-1 / (std + 1e-5)] * 2, rel=1e-6)
+    assert adv[2].tolist() == pytest.approx([1 / (std + 1e-5), 0.0], rel=1e-6)
+    assert adv[1].tolist() == [0.0, 0.0] and adv[3].tolist() == [0.0, 0.0]  # equal scores
+    assert torch.equal(adv, ret)
+
+
+def test_unequal_groups_are_inexpressible(areal):
+    from rlconform.adapters.base import Inexpressible
+
+    with pytest.raises(Inexpressible, match="group_size"):
+        areal.advantage_grpo(
+            torch.tensor([[1.0], [0.0], [1.0]]), torch.ones(3, 1, dtype=torch.int64), ["a", "a", "b"]
+        )
