@@ -69,9 +69,13 @@ BINDINGS: dict[str, dict[str, object]] = {
 }
 
 
+def baseline_path(version: str) -> Path:
+    return BASELINES / f"areal-{version}.toml"
+
+
 def load_deviations(version: str) -> dict[str, list[Deviation]]:
     """The shipped baseline of ``version`` (no file: nothing declared)."""
     from rlconform.conformance.baseline import load
 
-    path = BASELINES / f"areal-{version}.toml"
+    path = baseline_path(version)
     return load(path) if path.is_file() else {}

@@ -24,6 +24,7 @@ TESTS = {
     "trl": "tests/trl",
     "trl-liger": "tests/trl_liger",
     "openrlhf": "tests/openrlhf",
+    "areal": "tests/areal",
 }
 
 
@@ -79,7 +80,7 @@ ROWS = _rows()
 
 def test_the_table_is_read():
     targets = {row[0] for row in ROWS}
-    assert {"verl", "slime", "roll", "trl", "trl-liger", "openrlhf"} <= targets, targets
+    assert {"verl", "slime", "roll", "trl", "trl-liger", "openrlhf", "areal"} <= targets, targets
     assert len([r for r in ROWS if r[0] == "verl"]) == 3  # 0.9.1, 0.8.0, 0.7.1
 
 
