@@ -5,10 +5,11 @@ AReaL's own postprocess functions, on the paths its PPO trainer runs.
 '.[areal]'``) or ``--framework-path /path/to/checkout`` (a fork). Supported releases are in
 ``releases.py``; any other exits 2 naming them. What is bound: the KL estimator, GRPO
 advantages through ``PPOActor._compute_advantages``, the actor loss through
-``grpo_loss_fn`` (PPO clip, dual clip, sequence-level IS) and the critic's loss
-(``manifest.BINDINGS``). Not bound yet: GAE with a critic, SAPO / M2PO / rejection
-sampling, the engine's loss weighting and the training step (so findings carry no
-measured consequence: ``unmeasured``).
+``grpo_loss_fn`` (PPO clip, dual clip, sequence-level IS), the critic's loss
+(``manifest.BINDINGS``) and the training step (``step.py``: ``compute_advantages``,
+``ppo_update`` and the engine's ``train_batch`` with its loss weighting, under the
+``PPOActorConfig`` configs it declares). Not bound yet: GAE with a critic in the step,
+SAPO / M2PO / rejection sampling, the logged statistics (``step.metrics`` skips).
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from rlconform.adapters.areal.kl import KLBindings
 from rlconform.adapters.areal.loss import LossBindings
 from rlconform.adapters.areal.manifest import BINDINGS, PROFILE, load_deviations
 from rlconform.adapters.areal.runtime import ArealRuntime, load_runtime
+from rlconform.adapters.areal.step import StepOps
 from rlconform.adapters.base import Target
 
 
-class ArealTarget(KLBindings, AdvantageBindings, LossBindings, Target):
+class ArealTarget(KLBindings, AdvantageBindings, LossBindings, StepOps, Target):
     """AReaL, bound operation by operation."""
 
     name = "areal"

@@ -26,7 +26,6 @@ from rlconform.adapters.areal.layout import Padded
 from rlconform.adapters.base import Inexpressible
 
 
-
 def _outcome(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """The (B,) outcome reward AReaL's ``rewards`` field holds, read off token scores that
     sit on each row's last action token (anything else is not one outcome per sample)."""
@@ -66,9 +65,7 @@ class AdvantageBindings:
 
     def _ppo_actor(self, **options: Any) -> Any:
         cli = self.runtime.cli_args
-        config = cli.PPOActorConfig(
-            experiment_name="rlconform", trial_name="rlconform", **options
-        )
+        config = cli.PPOActorConfig(experiment_name="rlconform", trial_name="rlconform", **options)
         self.runtime.actor.logger.setLevel(logging.WARNING)
         return self.runtime.actor.PPOActor(config, engine=None)
 

@@ -174,9 +174,7 @@ class LossBindings:
         current = packed.pack(vpreds, 0.0)
 
         def run() -> Any:
-            with last_per_token(
-                self.runtime.functional.ppo_critic_loss_fn, "value_loss"
-            ) as seen:
+            with last_per_token(self.runtime.functional.ppo_critic_loss_fn, "value_loss") as seen:
                 self.runtime.critic.ppo_loss_fn(current, data, eps_clip=cliprange_value)
             return seen["value_loss"]
 

@@ -79,5 +79,7 @@ def test_unequal_groups_are_inexpressible(areal):
 
     with pytest.raises(Inexpressible, match="group_size"):
         areal.advantage_grpo(
-            torch.tensor([[1.0], [0.0], [1.0]]), torch.ones(3, 1, dtype=torch.int64), ["a", "a", "b"]
+            torch.tensor([[1.0], [0.0], [1.0]]),
+            torch.ones(3, 1, dtype=torch.int64),
+            ["a", "a", "b"],
         )

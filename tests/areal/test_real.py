@@ -17,7 +17,15 @@ from tests.areal.conftest import needs_areal
 
 pytestmark = needs_areal
 
-BASELINED = ("kl.estimators", "adv.invariants", "loss.dual_clip", "loss.gspo", "loss.ppo_clip")
+BASELINED = (
+    "kl.estimators",
+    "adv.invariants",
+    "loss.dual_clip",
+    "loss.gspo",
+    "loss.ppo_clip",
+    "step.update",
+    "step.state",
+)
 PASSING = ("adv.grpo", "loss.value_clip")
 
 
