@@ -180,10 +180,6 @@ class _Leaves:
         self.rows, self.lengths, self.width = rows, lengths, width
         self.logp, self.ent = logp, ent
 
-    def ids(self, position: int) -> torch.Tensor:
-        n = self.lengths[self.rows[position]]
-        return 1 + position * self.width + torch.arange(1 + n, dtype=torch.long)
-
     def gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         flat = ids.reshape(-1).tolist()
         logps, ents = [], []
@@ -312,9 +308,8 @@ class StepOps:
         actor_config = self._actor_config(fields, group_size)
         actor_config.ppo_n_minibatches = 1
         actor_config.mb_spec = self.runtime.cli_args.MicroBatchSpec(n_mbs=len(batch.micro_batches))
-        if contract_settings(actor_config) != {
-            k: config.resolved[k] for k in contract_settings(actor_config)
-        }:
+        settings = contract_settings(actor_config)
+        if settings != {k: config.resolved[k] for k in settings}:
             raise SetupError(f"AReaL config {config.name!r}: settings differ at this batch")
         width = 1 + max(lengths)
         trajectories = [
