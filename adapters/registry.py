@@ -17,6 +17,7 @@ BUILTIN_TARGETS: dict[str, str] = {
     "trl-liger": "rlconform.adapters.trl_liger:load",
     "openrlhf": "rlconform.adapters.openrlhf:load",
     "areal": "rlconform.adapters.areal:load",
+    "skyrl": "rlconform.adapters.skyrl:load",
 }
 
 

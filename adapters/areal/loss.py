@@ -7,7 +7,7 @@ importance_sampling_level=..., ...)``; the engine packs the micro-batch (1-D, wi
 proximal log-probs (without the decoupled loss they are the old ones: ``_compute_advantages``
 sets ``prox_logp`` to them) and calls ``ppo_actor_loss_fn``, which returns the masked mean
 of its per-token loss: the per-token loss the contract compares is that function's local
-``pg_loss`` before the mean (``trace.last_per_token``). The critic's ``ppo_loss_fn`` calls
+``pg_loss`` before the mean (``frame_trace.last_per_token``). The critic's ``ppo_loss_fn`` calls
 ``ppo_critic_loss_fn`` the same way (local ``value_loss``, AReaL's 0.5 * squared error).
 Clip fractions are the ``clip_ratio`` statistic the functions log (``stats_tracker``, mean
 over the valid tokens).
@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 from rlconform.adapters.areal.layout import Packed
-from rlconform.adapters.areal.trace import last_per_token
 from rlconform.adapters.base import Unsupported
+from rlconform.adapters.frame_trace import last_per_token
 
 # What the model computes at the position after a sample's last token (loss_mask 0).
 AFTER_LOGPROB = -1.0

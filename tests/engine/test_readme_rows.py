@@ -25,6 +25,7 @@ TESTS = {
     "trl-liger": "tests/trl_liger",
     "openrlhf": "tests/openrlhf",
     "areal": "tests/areal",
+    "skyrl": "tests/skyrl",
 }
 
 
@@ -80,7 +81,9 @@ ROWS = _rows()
 
 def test_the_table_is_read():
     targets = {row[0] for row in ROWS}
-    assert {"verl", "slime", "roll", "trl", "trl-liger", "openrlhf", "areal"} <= targets, targets
+    assert {"verl", "slime", "roll", "trl", "trl-liger", "openrlhf", "areal", "skyrl"} <= targets, (
+        targets
+    )
     assert len([r for r in ROWS if r[0] == "verl"]) == 3  # 0.9.1, 0.8.0, 0.7.1
 
 

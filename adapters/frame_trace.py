@@ -1,10 +1,10 @@
-"""Reading a per-token tensor off an AReaL function's frame (nothing is changed).
+"""Reading a per-token tensor off a framework function's frame (nothing is changed).
 
-``ppo_actor_loss_fn`` and ``ppo_critic_loss_fn`` build the per-token loss as a local and
-return its masked mean; the contract compares the per-token loss. Tracing the function's
-lines and keeping the last value of the local that is still a tensor with a token
-dimension gives the per-token loss AReaL reduced, with its autograd graph, without
-re-implementing a line of it.
+Some loss functions build the per-token loss as a local and return only its reduction
+(AReaL's ``ppo_actor_loss_fn`` / ``ppo_critic_loss_fn``, SkyRL's ``ppo_critic_loss``); the
+contract compares the per-token loss. Tracing the function's lines and keeping the last
+value of the local that is still a tensor with a token dimension gives the per-token loss
+the framework reduced, with its autograd graph, without re-implementing a line of it.
 """
 
 from __future__ import annotations
