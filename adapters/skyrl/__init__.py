@@ -7,9 +7,9 @@ own postprocess functions, on the paths its PPO trainer runs.
 does Python < 3.12. What is bound (``manifest.BINDINGS``): the KL estimator, the KL in the
 reward and its controllers, the GRPO / RLOO / REINFORCE++ / GAE estimators through the
 trainer's ``compute_advantages_and_returns``, and the PPO clip / dual clip / GSPO / CISPO /
-critic losses through the registry the workers use. Not bound yet: the advantage
-pre-scaling (``apply_loss_reduction_to_advantages_minibatch``) with the dp-size factor,
-the training step, step-wise trajectories, SAPO / DPPO / rollout-IS, the training-batch
+critic losses through the registry the workers use, and the loss aggregation (the
+trainer's advantage pre-scaling, ``reduce_loss``, the dp-size factor). Not bound yet: the
+training step, step-wise trajectories, SAPO / DPPO / rollout-IS, the training-batch
 DP padding.
 """
 
@@ -19,13 +19,14 @@ from typing import Any
 
 from rlconform.adapters.base import Target
 from rlconform.adapters.skyrl.advantage import AdvantageBindings
+from rlconform.adapters.skyrl.aggregate import AggregateBindings
 from rlconform.adapters.skyrl.kl import KLBindings
 from rlconform.adapters.skyrl.loss import LossBindings
 from rlconform.adapters.skyrl.manifest import BINDINGS, PROFILE, load_deviations
 from rlconform.adapters.skyrl.runtime import SkyRLRuntime, load_runtime
 
 
-class SkyRLTarget(KLBindings, AdvantageBindings, LossBindings, Target):
+class SkyRLTarget(KLBindings, AdvantageBindings, LossBindings, AggregateBindings, Target):
     """SkyRL, bound operation by operation."""
 
     name = "skyrl"

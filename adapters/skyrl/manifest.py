@@ -93,6 +93,16 @@ BINDINGS: dict[str, dict[str, object]] = {
     "ppo_clip_loss": _policy("regular / dual_clip", "ppo_policy_loss"),
     "gspo_loss": _policy("gspo", "gspo_policy_loss"),
     "cispo_loss": _policy("cispo", "compute_policy_loss_cispo"),
+    "agg_loss": {
+        "functions": [
+            f"{_TRAINER}._normalize_advantages",
+            f"{_UTILS}.apply_loss_reduction_to_advantages_minibatch",
+            f"{_UTILS}.ppo_policy_loss",
+            f"{_UTILS}.reduce_loss",
+        ],
+        "path": "RayPPOTrainer.train_critic_and_policy: _normalize_advantages per mini-batch; "
+        f"{_POLICY_PATH}: policy_loss * dp_size",
+    },
     "value_loss": {
         "functions": [f"{_UTILS}.ppo_critic_loss"],
         "path": "CriticWorkerBase._forward_backward_micro: ppo_critic_loss",

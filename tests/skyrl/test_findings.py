@@ -119,3 +119,27 @@ def test_critic_gradient_takes_nan_from_padding(skyrl):
     )
     (loss * torch.tensor([[1.0, 0.0]])).sum().backward()
     assert math.isnan(vpreds.grad[0, 1].item())
+
+
+def test_sequence_mean_counts_rows_without_loss_tokens(skyrl):
+    """agg.seq_mean_token_mean / seq_mean_token_sum_norm, actionless_sample. Rows [1, 2, 3]
+    and [5, 6] and a fully masked row: the per-sequence means are 2 and 5.5, so the
+    sequence mean over the two sequences with tokens is 3.75 (token sums 6 and 11: the
+    Dr. GRPO form with length 10 is 17 / 20 = 0.85). SkyRL's pre-scaling divides by the
+    mini-batch's 3 rows: 2.5 and 17 / 30."""
+    ppo = skyrl.runtime.ppo_utils
+    losses = torch.tensor([[1.0, 2.0, 3.0], [0.0, 5.0, 6.0], [0.0, 0.0, 0.0]])  # right-aligned
+    mask = torch.tensor([[1.0, 1.0, 1.0], [0.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
+    for reduction, expected in (("sequence_mean", 2.5), ("seq_mean_token_sum_norm", 17 / 30)):
+        scale = ppo.apply_loss_reduction_to_advantages_minibatch(
+            torch.ones_like(losses), mask, reduction, micro_batch_size=3, max_seq_len=10
+        )
+        assert (losses * scale * mask).sum().item() == pytest.approx(expected, rel=1e-6)
+    canonical = torch.tensor([[1.0, 2.0, 3.0], [5.0, 6.0, 0.0], [7.0, 7.0, 7.0]])
+    action = torch.tensor([[1, 1, 1], [1, 1, 0], [0, 0, 0]])
+    got = skyrl.agg_loss(canonical, action, "seq-mean-token-mean")
+    assert got.item() == pytest.approx(2.5, rel=1e-6)
+    from rlconform.oracle import aggregate
+
+    rows = [[1.0, 2.0, 3.0], [5.0, 6.0], [7.0]]
+    assert aggregate.aggregate(rows, [[1, 1, 1], [1, 1], [0]], "seq-mean-token-mean") == 3.75

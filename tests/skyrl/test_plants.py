@@ -5,14 +5,16 @@ A plant is a one-line source mutation of the function (its source, edited at run
 compiled in its module's namespace; nothing of SkyRL is stored here but the short strings).
 SkyRL's trainer and workers reach the estimators and policy losses through their
 registries (``AdvantageEstimatorRegistry`` / ``PolicyLossRegistry``), so a mutant of a
-registered function replaces its registry entries; any other function is replaced under
-its name in its module (the callers look it up there at call time).
+registered function replaces its registry entries; a function is also replaced under its
+name in every SkyRL module that imported it by name (the trainer imports
+``apply_loss_reduction_to_advantages_minibatch`` and ``compute_approx_kl``).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 import textwrap
 
 import pytest
@@ -43,6 +45,11 @@ def mutate(monkeypatch, module_name: str, owner_name: str | None, name: str, old
     exec(compile(source.replace(old, new), f"<mutant of {name}>", "exec"), vars(module), namespace)
     mutant = namespace[name]
     monkeypatch.setattr(owner, name, mutant)
+    if owner_name is None:
+        for other in list(sys.modules.values()):
+            if other is not module and getattr(other, "__name__", "").startswith("skyrl"):
+                if getattr(other, name, None) is original:
+                    monkeypatch.setattr(other, name, mutant)
     for registry in ("AdvantageEstimatorRegistry", "PolicyLossRegistry"):
         functions = getattr(module, registry, None)
         for key, entry in list(getattr(functions, "_functions", {}).items()):
@@ -114,7 +121,44 @@ _RETURNS = {
     "extra_pad": 1,
 }
 
+_AGG = {
+    "samples": [
+        {"uid": "s0", "mask": [1, 1, 1], "loss": [1.0, 2.0, 3.0]},
+        {"uid": "s1", "mask": [1, 0, 1], "loss": [5.0, 9.0, 6.0]},
+    ],
+    "pad_value": 0.0,
+    "extra_pad": 1,
+    "dp_size": 2,
+    "other_tokens": 3,
+    "other_sequences": 1,
+    "loss_scale_factor": 7,
+}
+
 PLANTS = {
+    "agg.token_mean: the count per sequence": (
+        "agg.token_mean",
+        lambda mp: mutate(
+            mp,
+            _PPO,
+            None,
+            "apply_loss_reduction_to_advantages_minibatch",
+            "normalized_advantages = advantages / loss_mask.sum().clamp(min=1)",
+            "normalized_advantages = advantages / loss_mask.sum(dim=-1, keepdim=True).clamp(min=1)",
+        ),
+        _AGG,
+    ),
+    "agg.seq_mean_token_mean: the sequence count dropped": (
+        "agg.seq_mean_token_mean",
+        lambda mp: mutate(
+            mp,
+            _PPO,
+            None,
+            "apply_loss_reduction_to_advantages_minibatch",
+            "normalized_advantages = advantages / (batch_size * loss_mask.sum(dim=-1, keepdim=True).clamp(min=1))",
+            "normalized_advantages = advantages / loss_mask.sum(dim=-1, keepdim=True).clamp(min=1)",
+        ),
+        _AGG,
+    ),
     "kl.estimators: k3's value clamp at 5": (
         "kl.estimators",
         lambda mp: mutate(

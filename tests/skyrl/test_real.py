@@ -25,6 +25,9 @@ BASELINED = (
     "loss.cispo",
     "loss.gspo",
     "loss.value_clip",
+    "agg.token_mean",
+    "agg.seq_mean_token_mean",
+    "agg.seq_mean_token_sum_norm",
 )
 PASSING = (
     "kl.estimators",
