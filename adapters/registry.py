@@ -18,6 +18,7 @@ BUILTIN_TARGETS: dict[str, str] = {
     "openrlhf": "rlconform.adapters.openrlhf:load",
     "areal": "rlconform.adapters.areal:load",
     "skyrl": "rlconform.adapters.skyrl:load",
+    "unsloth": "rlconform.adapters.unsloth:load",
 }
 
 

@@ -1,0 +1,51 @@
+"""Importing unsloth-zoo's GRPO loss on a CPU machine.
+
+``unsloth_zoo`` refuses to import unless ``UNSLOTH_IS_PRESENT`` is set (``import unsloth``
+sets it; the ``unsloth`` package, the trainer generator, needs xformers and bitsandbytes and
+is not installed): the runtime sets it, as ``unsloth`` does, before the first import. It
+also sets ``UNSLOTH_COMPILE_DISABLE=1`` unless ``RLCONFORM_UNSLOTH_COMPILED=1``:
+``UnslothEfficientGRPO`` wraps its per-chunk step in ``torch.compile`` (through
+``torch_compile_with_fallback``, which returns the function itself when compilation is
+disabled); on a CPU runner the adapter runs it eagerly, the same function, as the Liger
+binding runs Liger's loss with ``compiled=False``. Both are read by unsloth-zoo at import,
+so they must be set before it; a process that imported unsloth-zoo earlier keeps its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from importlib import metadata
+from typing import Any
+
+from rlconform.adapters.base import SetupError
+from rlconform.adapters.unsloth.releases import check_zoo
+
+COMPILED = os.environ.get("RLCONFORM_UNSLOTH_COMPILED") == "1"
+
+
+@dataclasses.dataclass(frozen=True)
+class ZooRuntime:
+    version: str
+    release: str
+    root: str
+    rl: Any  # unsloth_zoo.rl_replacements
+
+
+def load_zoo() -> ZooRuntime:
+    """unsloth-zoo's ``rl_replacements``; SetupError (exit 2) saying what to do."""
+    try:
+        version = metadata.version("unsloth-zoo")
+    except metadata.PackageNotFoundError:
+        raise SetupError("unsloth-zoo is not installed: pip install 'rlconform[unsloth]'") from None
+    release = check_zoo(version)
+    os.environ.setdefault("UNSLOTH_IS_PRESENT", "1")
+    if not COMPILED:
+        os.environ.setdefault("UNSLOTH_COMPILE_DISABLE", "1")
+    try:
+        rl = importlib.import_module("unsloth_zoo.rl_replacements")
+    except Exception as exc:  # unsloth-zoo raises plain exceptions (no accelerator, ...)
+        raise SetupError(f"unsloth-zoo {version}: cannot import its GRPO loss: {exc}") from None
+    root = os.path.dirname(os.path.abspath(rl.__file__))
+    return ZooRuntime(version=version, release=release, root=root, rl=rl)
