@@ -39,7 +39,6 @@ from rlconform.adapters.trl import loss as trl_loss
 from rlconform.adapters.trl.shell import capture_locals
 from rlconform.adapters.unsloth import accumulated
 
-
 # grpo_compute_loss's positional parameters (its caller passes them positionally)
 _POSITIONAL = frozenset(
     ("ref", "new", "old", "sampling_per_token_logps", "input_ids", "mask", "beta", "advantages")
@@ -321,7 +320,5 @@ class UnslothLossBindings:
             denominators=denominators,
             capture=accumulated.ACCUMULATED_LOCALS,
         )
-        captured = self._compute(
-            handed, ("loss",), new=zeros, old=zeros, advantages=-loss_mat
-        )
+        captured = self._compute(handed, ("loss",), new=zeros, old=zeros, advantages=-loss_mat)
         return captured["loss"]

@@ -1,9 +1,11 @@
 """Importing unsloth-zoo's GRPO loss on a CPU machine.
 
-``unsloth_zoo`` refuses to import unless ``UNSLOTH_IS_PRESENT`` is set (``import unsloth``
-sets it; the ``unsloth`` package, the trainer generator, needs xformers and bitsandbytes and
-is not installed): the runtime sets it, as ``unsloth`` does, before the first import. It
-also sets ``UNSLOTH_COMPILE_DISABLE=1`` unless ``RLCONFORM_UNSLOTH_COMPILED=1``:
+``unsloth_zoo`` refuses to import unless the ``unsloth`` package can be found
+(``find_spec("unsloth")`` in its GPU init) and ``UNSLOTH_IS_PRESENT`` is set (``import unsloth``
+sets it). ``unsloth`` is installed with ``--no-deps`` (its own list pins xformers and
+bitsandbytes builds) and never imported: the runtime sets the variable, as ``unsloth`` does,
+before the first import. It also sets ``UNSLOTH_COMPILE_DISABLE=1`` unless
+``RLCONFORM_UNSLOTH_COMPILED=1``:
 ``UnslothEfficientGRPO`` wraps its per-chunk step in ``torch.compile`` (through
 ``torch_compile_with_fallback``, which returns the function itself when compilation is
 disabled); on a CPU runner the adapter runs it eagerly, the same function, as the Liger
@@ -16,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import tempfile
 from importlib import metadata
 from typing import Any
 
@@ -41,6 +44,12 @@ def load_zoo() -> ZooRuntime:
         raise SetupError("unsloth-zoo is not installed: pip install 'rlconform[unsloth]'") from None
     release = check_zoo(version)
     os.environ.setdefault("UNSLOTH_IS_PRESENT", "1")
+    # unsloth-zoo writes a compile cache (unsloth_compiled_cache/) into the working directory
+    # on import: keep the user's checkout clean
+    os.environ.setdefault(
+        "UNSLOTH_COMPILE_LOCATION",
+        os.path.join(tempfile.gettempdir(), "rlconform-unsloth-compiled-cache"),
+    )
     if not COMPILED:
         os.environ.setdefault("UNSLOTH_COMPILE_DISABLE", "1")
     try:

@@ -80,3 +80,64 @@ def test_the_k3_term_is_clamped_as_the_profile_says(unsloth):
     d = -0.5
     assert float(kl[0, 0]) == pytest.approx(torch.tensor(d).exp().item() - d - 1, rel=1e-5)
     assert float(kl[0, 1]) == pytest.approx(10.0)
+
+
+def test_an_overflowing_ratio_gives_a_nan_gradient_through_the_delta_clamp(unsloth):
+    """exp(new - old) at a log-ratio of 99.5 is inf in float32; clamp(inf, max=delta) passes
+    0 x inf = NaN back. A correct dual clip has gradient 0 there (the capped branch is flat)."""
+    zoo = unsloth.zoo
+    new = torch.tensor([[-0.5, -1.0]], requires_grad=True)
+    old = torch.tensor([[-100.0, -1.0]])
+    mask = torch.ones(1, 2)
+    loss, *_ = zoo.grpo_compute_loss(
+        None,
+        new,
+        old,
+        None,
+        torch.tensor([[1, 1]]),
+        mask,
+        0.0,
+        torch.tensor([-1.0]),
+        loss_type="dapo",
+        epsilon_low=0.2,
+        epsilon_high=0.2,
+        delta=3.0,
+        num_items_in_batch=2,
+        max_completion_length=2,
+    )
+    loss.backward()
+    assert torch.isnan(new.grad[0, 0])
+    # torchref: the same surrogate with the ratio formed after the cap of the log-ratio
+    ref_new = new.detach().clone().requires_grad_(True)
+    ratio = torch.exp(torch.clamp(ref_new - old, max=torch.log(torch.tensor(3.0)).item() + 1))
+    surrogate = -torch.min(torch.clamp(ratio, max=3.0) * -1.0, torch.clamp(ratio, 0.8, 1.2) * -1.0)
+    surrogate.mean().backward()
+    assert torch.isfinite(ref_new.grad).all() and float(ref_new.grad[0, 0]) == 0.0
+
+
+def test_an_overflowing_sequence_ratio_makes_the_gspo_loss_nan(unsloth):
+    """importance_sampling_level='sequence': exp(99.5) = inf on a row whose second column is
+    padding; the row's (B, 1) loss times the mask is inf x 0 = NaN there."""
+    zoo = unsloth.zoo
+    new = torch.tensor([[-0.5, 0.0]])
+    old = torch.tensor([[-100.0, 0.0]])
+    mask = torch.tensor([[1.0, 0.0]])
+    loss, *_ = zoo.grpo_compute_loss(
+        None,
+        new,
+        old,
+        None,
+        torch.tensor([[1, 0]]),
+        mask,
+        0.0,
+        torch.tensor([-1.0]),
+        loss_type="dapo",
+        importance_sampling_level="sequence",
+        epsilon_low=0.2,
+        epsilon_high=0.2,
+        num_items_in_batch=1,
+        max_completion_length=2,
+    )
+    assert torch.isnan(loss)
+    # the contract's value: the one action token's loss, -min(inf x -1, 1.2 x -1) = inf
+    assert float(-torch.min(torch.tensor(float("inf")) * -1.0, torch.tensor(-1.2))) == float("inf")

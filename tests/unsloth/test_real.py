@@ -30,7 +30,6 @@ BASELINED = (
     "agg.seq_mean_token_sum_norm",
     "agg.shard_invariance",
 )
-PASSING = ("kl.importance_weighted",)
 
 
 @pytest.mark.slow
@@ -40,6 +39,4 @@ def test_real_unsloth_matches_its_baseline(unsloth):
     results = {r.id: r for r in report.clauses}
     for clause_id in BASELINED:
         assert results[clause_id].status == "deviation", (clause_id, results[clause_id].message)
-    for clause_id in PASSING:
-        assert results[clause_id].status == "pass", (clause_id, results[clause_id].message)
     assert not [r.id for r in report.clauses if r.status in ("fail", "error")]
