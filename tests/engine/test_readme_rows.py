@@ -26,6 +26,7 @@ TESTS = {
     "openrlhf": "tests/openrlhf",
     "areal": "tests/areal",
     "skyrl": "tests/skyrl",
+    "unsloth": "tests/unsloth",
 }
 
 
@@ -81,7 +82,7 @@ ROWS = _rows()
 
 def test_the_table_is_read():
     targets = {row[0] for row in ROWS}
-    assert {"verl", "slime", "roll", "trl", "trl-liger", "openrlhf", "areal", "skyrl"} <= targets, (
+    assert {"verl", "slime", "roll", "trl", "trl-liger", "openrlhf", "areal", "skyrl", "unsloth"} <= targets, (
         targets
     )
     assert len([r for r in ROWS if r[0] == "verl"]) == 3  # 0.9.1, 0.8.0, 0.7.1
