@@ -1,0 +1,106 @@
+"""Broken Unsloth GRPO losses, planted into unsloth-zoo, each fail the clause they break, on a
+case the unbroken function passes.
+
+A plant is a one-line source mutation of unsloth-zoo's own ``grpo_compute_loss`` (its source,
+edited at run time and compiled in ``unsloth_zoo.rl_replacements``'s namespace, then set as
+that module's attribute, which both ``UnslothEfficientGRPO`` and the binding's direct calls
+look up; nothing of unsloth-zoo is stored here but the short strings).
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+import pytest
+
+from rlconform.conformance.errors import ClauseMismatch
+from rlconform.conformance.repro import replay
+from tests.unsloth.conftest import needs_unsloth
+
+pytestmark = needs_unsloth
+
+
+def mutate(monkeypatch, module, function: str, old: str, new: str) -> None:
+    source = textwrap.dedent(inspect.getsource(getattr(module, function)))
+    assert source.count(old) == 1, f"{function}: {old!r} not found exactly once"
+    namespace: dict = {}
+    exec(
+        compile(source.replace(old, new), f"<mutant of {function}>", "exec"),
+        vars(module),
+        namespace,
+    )
+    monkeypatch.setattr(module, function, namespace[function])
+
+
+def _one(**fields):
+    return {"samples": [{"uid": "s0", "mask": [1, 1], **fields}], "pad_value": 0.0}
+
+
+PLANTS = {
+    "loss.ppo_clip: swapped asymmetric clip range": (
+        "loss.ppo_clip",
+        "coef_2 = torch.clamp(coef_1, 1 - epsilon_low, 1 + epsilon_high)",
+        "coef_2 = torch.clamp(coef_1, 1 - epsilon_high, 1 + epsilon_low)",
+        {
+            **_one(old=[-1.0, -1.0], logp=[-0.5, -1.5], adv=[1.0, 1.0]),
+            "clip_low": 0.1,
+            "clip_high": 0.28,
+            "extra_pad": 1,
+        },
+    ),
+    "loss.gspo: summed, not mean, sequence log-ratio": (
+        "loss.gspo",
+        "(log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)",
+        "(log_ratio * mask).sum(-1)",
+        {
+            **_one(old=[-1.0, -1.0], logp=[-0.9, -0.95], adv=[1.0, 1.0]),
+            "clip_low": 0.2,
+            "clip_high": 0.2,
+            "extra_pad": 1,
+        },
+    ),
+    "kl.estimators: k3 without its - log-ratio": (
+        "kl.estimators",
+        "kl_i = torch.expm1(kl_log_ratio) - kl_log_ratio",
+        "kl_i = torch.expm1(kl_log_ratio)",
+        {
+            **_one(logp=[-1.0, -0.5], ref=[-1.5, -0.25], upstream=[1.0, -0.5]),
+            "extra_pad": 0,
+            "mode": "k3",
+        },
+    ),
+    "kl.importance_weighted: detached ratio": (
+        "kl.importance_weighted",
+        "kl_i = kl_i * coef_1",
+        "kl_i = kl_i * coef_1.detach()",
+        {
+            **_one(logp=[-1.0, -0.5], ref=[-1.5, -0.25], old=[-1.25, -0.75], upstream=[1.0, -0.5]),
+            "extra_pad": 0,
+            "mode": "k3",
+        },
+    ),
+    "agg.token_mean: the process count divided in twice": (
+        "agg.token_mean",
+        "loss = (loss_i * mask).sum() / normalizer\n",
+        "loss = (loss_i * mask).sum() / normalizer / num_processes\n",
+        {
+            **_one(loss=[1.0, 2.0]),
+            "extra_pad": 0,
+            "dp_size": 2,
+            "other_tokens": 1,
+            "other_sequences": 0,
+            "loss_scale_factor": 1,
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTS))
+def test_plant_fails_its_clause(unsloth, name, monkeypatch):
+    clause_id, old, new, case = PLANTS[name]
+    replay(clause_id, unsloth, case)  # the unbroken function passes this case
+    mutate(monkeypatch, unsloth.zoo, "grpo_compute_loss", old, new)
+    with pytest.raises(ClauseMismatch) as info:
+        replay(clause_id, unsloth, case)
+    assert f"[{clause_id}]" in str(info.value)
