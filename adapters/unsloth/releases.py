@@ -6,7 +6,10 @@ binding reads its locals and passes the keywords of the generated ``compute_loss
 so it is tied to the releases whose source was read (2026.10.9). Releases before 2026.10
 refuse a machine without an accelerator at import ("Unsloth cannot find any torch
 accelerator? You need a GPU."), so no CPU runner can certify them; they exit 2 naming the
-supported range like any release not listed. TRL: the release unsloth-zoo 2026.10.9 allows
+supported range like any release not listed. 2026.10.1, .5 and .8 were diffed against
+2026.10.9: ``grpo_compute_loss``, ``grpo_accumulated_loss``, ``UnslothEfficientGRPO`` and
+``grpo_chunked_hidden_states_logprobs`` all differ, so none is admitted on 2026.10.9's reading.
+TRL: the release unsloth-zoo 2026.10.9 allows
 (``trl <= 1.15.0``) that the TRL trainer shell knows (``adapters/trl/releases.py``).
 """
 
