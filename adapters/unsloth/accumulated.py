@@ -14,8 +14,9 @@ default path (no ``_get_per_token_logps`` log-probs: the efficient path), with o
         tool_mask=...)
 
 ``call`` makes that call with those keywords (transcribed from the generated method; the
-generator, the ``unsloth`` package, is not installed: it needs xformers and bitsandbytes)
-on a TRL shell trainer (``adapters/trl/shell.py``: a real ``GRPOConfig`` with Unsloth's
+generator, the ``unsloth`` package, is installed with ``--no-deps`` but never imported:
+generating the trainer needs an accelerator, xformers and bitsandbytes) on a TRL shell
+trainer (``adapters/trl/shell.py``: a real ``GRPOConfig`` with Unsloth's
 three config fields at their ``UnslothGRPOConfig`` defaults, the attributes
 ``GRPOTrainer.__init__`` derives). What the function reads of a model is a stand-in:
 
