@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import os
 import tempfile
 from importlib import metadata
@@ -25,6 +26,7 @@ from typing import Any
 from rlconform.adapters.base import SetupError
 from rlconform.adapters.unsloth.releases import check_zoo
 
+INSTALL = "pip install --no-deps unsloth==2026.10.9 && pip install 'rlconform[unsloth]'"
 COMPILED = os.environ.get("RLCONFORM_UNSLOTH_COMPILED") == "1"
 
 
@@ -41,8 +43,13 @@ def load_zoo() -> ZooRuntime:
     try:
         version = metadata.version("unsloth-zoo")
     except metadata.PackageNotFoundError:
-        raise SetupError("unsloth-zoo is not installed: pip install 'rlconform[unsloth]'") from None
+        raise SetupError(f"unsloth-zoo is not installed: {INSTALL}") from None
     release = check_zoo(version)
+    if importlib.util.find_spec("unsloth") is None:
+        raise SetupError(
+            f"unsloth-zoo {version} imports only beside the unsloth package (it checks "
+            f"find_spec('unsloth')), which is not installed: {INSTALL}"
+        )
     os.environ.setdefault("UNSLOTH_IS_PRESENT", "1")
     # unsloth-zoo writes a compile cache (unsloth_compiled_cache/) into the working directory
     # on import: keep the user's checkout clean
