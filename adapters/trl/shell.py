@@ -39,6 +39,8 @@ import torch
 from rlconform.adapters.base import Inexpressible
 from rlconform.adapters.trl.releases import Bindings
 
+EOS_ID = 2  # the tokenizer's EOS id (pad is 0, the completions' own token 1)
+
 
 class SingleRank:
     """The ``accelerate.Accelerator`` surface ``GRPOTrainer``'s math reads, for one rank.
@@ -176,10 +178,10 @@ class Shell:
             tools=[],
             _standalone_tools=[],
             _is_vlm=False,
-            _tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=2),
+            _tokenizer=SimpleNamespace(pad_token_id=0, eos_token_id=EOS_ID),
             # <= 1.14 decodes the ids for its completion log (text only, never scored)
             processing_class=SimpleNamespace(batch_decode=_decode),
-            eos_token_ids=[2],
+            eos_token_ids=[EOS_ID],
             _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
             _logs={
                 "images": deque(maxlen=size),
@@ -262,18 +264,22 @@ class Shell:
         ref: torch.Tensor | None = None,
         reward_names: Sequence[str] = ("reward",),
         trainer: Any = None,
+        end_on_eos: bool = False,
     ) -> tuple[dict[str, Any], dict[str, list[float]]]:
         """Run the real ``_generate_and_score_completions`` on one generation batch of
         completions with ``lengths`` tokens: (its output dict, its metrics). The policy's
         log-probs TRL computes there (old log-probs, when it keeps them) are ``old``, the
         reference model's are ``ref``; ``trainer``: a shell to run it on (a fresh one when
-        None)."""
+        None); ``end_on_eos``: each completion's last token is the EOS id (a finished
+        completion, which ``mask_truncated_completions`` keeps), else none is (truncated)."""
         if trainer is None:
             trainer = self.trainer(args, reward_names=reward_names)
         count = len(lengths)
         fields = {
             "prompt_ids": [[0] for _ in range(count)],
-            "completion_ids": [[1] * n for n in lengths],
+            "completion_ids": [
+                [1] * (n - 1) + [EOS_ID] if end_on_eos and n else [1] * n for n in lengths
+            ],
             "tool_mask": None if tool_masks is None else [list(m) for m in tool_masks],
             "completions": [f"completion {i}" for i in range(count)],
             "sampling_logps": None if sampling is None else [list(r) for r in sampling],

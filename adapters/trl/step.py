@@ -135,6 +135,10 @@ class StepOps:
     step_metric_names = STEP_METRIC_NAMES
     step_configs: tuple[tuple[str, dict[str, Any]], ...] = TRL_STEP_CONFIGS
     config_source_note = ""  # what a branch of GRPOTrainer adds to every config (report)
+    # the step's completions all finished (a config masking truncated ones keeps them); off
+    # for the TRL targets, whose reports were generated with truncated ones (no config of
+    # theirs reads it)
+    completions_end_on_eos = False
     shell: Any
     version: str
 
@@ -208,6 +212,7 @@ class StepOps:
             old=batch.old_log_probs.detach()[perm][:, :longest].to(torch.float32),
             ref=batch.ref_log_probs.detach()[perm][:, :longest].to(torch.float32),
             trainer=trainer,
+            end_on_eos=self.completions_end_on_eos,
         )
         if ("old_per_token_logps" in scored) == bool(config.resolved["on_policy"]):
             raise SetupError(
