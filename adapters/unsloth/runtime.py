@@ -11,6 +11,8 @@ before the first import. It also sets ``UNSLOTH_COMPILE_DISABLE=1`` unless
 disabled); on a CPU runner the adapter runs it eagerly, the same function, as the Liger
 binding runs Liger's loss with ``compiled=False``. Both are read by unsloth-zoo at import,
 so they must be set before it; a process that imported unsloth-zoo earlier keeps its own.
+``UNSLOTH_GRPO_PREFIX_GROUPER=0``: see ``load_zoo`` (without it the first loss call imports
+``unsloth``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from rlconform.adapters.unsloth.releases import check_zoo
 
 INSTALL = "pip install --no-deps unsloth==2026.10.9 && pip install 'rlconform[unsloth]'"
 COMPILED = os.environ.get("RLCONFORM_UNSLOTH_COMPILED") == "1"
+PREFIX_GROUPER = "UNSLOTH_GRPO_PREFIX_GROUPER"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +62,11 @@ def load_zoo() -> ZooRuntime:
     )
     if not COMPILED:
         os.environ.setdefault("UNSLOTH_COMPILE_DISABLE", "1")
+    # grpo_accumulated_loss imports unsloth.utils.prefix_grouper on its first call unless
+    # this is off, and importing unsloth patches TRL and transformers in this process;
+    # PrefixGrouper is a forward of the model (one shared-prompt pass, verified against the
+    # per-row one before use), which the stand-in model has none of
+    os.environ[PREFIX_GROUPER] = "0"
     try:
         rl = importlib.import_module("unsloth_zoo.rl_replacements")
     except Exception as exc:  # unsloth-zoo raises plain exceptions (no accelerator, ...)
