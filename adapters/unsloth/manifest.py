@@ -67,6 +67,18 @@ BINDINGS: dict[str, dict[str, object]] = {
         "path": f"{_PATH} (loss_type dapo | grpo | bnpo | luspo | dr_grpo: its keywords); "
         "grpo_compute_loss at ratio 1 with advantages -loss_mat (per token)",
     },
+    "train_step": {
+        "functions": [
+            "unsloth.models.rl_replacements.grpo_trainer_compute_loss (its compute_loss, "
+            "built from source)",
+            _ACC,
+            _SCORE,
+            "trl.trainer.utils.split_tensor_dict",
+        ],
+        "path": "GRPOTrainer._prepare_inputs (TRL's scoring, shuffle, split into "
+        "steps_per_generation micro-batches) -> per micro-batch UnslothGRPOTrainer.compute_loss "
+        "-> grpo_accumulated_loss, backward; configs as UnslothGRPOConfig resolves them",
+    },
     "agg_batch_info": {
         "functions": [_SCORE],
         "path": "GRPOTrainer._prepare_inputs -> _generate_and_score_completions "

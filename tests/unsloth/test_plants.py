@@ -104,3 +104,63 @@ def test_plant_fails_its_clause(unsloth, name, monkeypatch):
     with pytest.raises(ClauseMismatch) as info:
         replay(clause_id, unsloth, case)
     assert f"[{clause_id}]" in str(info.value)
+
+
+# -- the step: plants in the generated compute_loss (its source, built by the binding) and
+# -- in grpo_compute_loss, each failing the step clause on a batch the unbroken code passes
+
+COMPUTE_LOSS_PLANTS = {
+    "step.update: the micro-batch loss is not divided over the accumulation window": (
+        "step.update",
+        "current_gradient_accumulation_steps = _unsloth_grpo_accumulation_steps(self)",
+        "current_gradient_accumulation_steps = 1",
+    ),
+    "step.metrics: the completion length logged as the KL": (
+        "step.metrics",
+        'self._metrics[mode]["kl"].append(mean_kl.item())',
+        'self._metrics[mode]["kl"].append(completion_length.item())',
+    ),
+}
+
+
+def _step_case():
+    from tests.step import by_hand as h
+
+    return h.case(
+        [
+            h.sample("s0", [1, 1], 0.0, ref=[-0.5, -1.0]),
+            h.sample("s1", [1, 1], 1.0, delta=0.05),
+            h.sample("s2", [1, 1], 0.5, group="g1"),
+            h.sample("s3", [1, 1], 0.0, group="g1", ref=[-1.5, -0.5]),
+        ],
+        [2, 2],
+    )
+
+
+@pytest.mark.parametrize("name", sorted(COMPUTE_LOSS_PLANTS))
+def test_step_plant_fails_its_clause(unsloth, name, monkeypatch, tmp_path):
+    from rlconform.conformance.clauses import step
+
+    clause_id, old, new = COMPUTE_LOSS_PLANTS[name]
+    case = _step_case()
+    token = step.select_configs(["grpo_kl"])  # a KL term on, two micro-batches
+    try:
+        _plant_and_replay(unsloth, clause_id, old, new, case, monkeypatch, tmp_path)
+    finally:
+        step.reset_configs(token)
+
+
+def _plant_and_replay(unsloth, clause_id, old, new, case, monkeypatch, tmp_path):
+    from rlconform.adapters.unsloth import compute_loss
+
+    replay(clause_id, unsloth, case)  # the unbroken compute_loss passes this case
+    source = open(compute_loss.source_path(), encoding="utf-8").read()
+    assert source.count(old) == 1, f"{old!r} not found exactly once"
+    planted = tmp_path / "rl_replacements.py"
+    planted.write_text(source.replace(old, new), encoding="utf-8")
+    monkeypatch.setitem(
+        unsloth.__dict__, "_unsloth_compute_loss", compute_loss.build(unsloth.zoo, str(planted))
+    )
+    with pytest.raises(ClauseMismatch) as info:
+        replay(clause_id, unsloth, case)
+    assert f"[{clause_id}]" in str(info.value)

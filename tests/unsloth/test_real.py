@@ -29,6 +29,8 @@ BASELINED = (
     "agg.seq_mean_token_sum",
     "agg.seq_mean_token_sum_norm",
     "agg.shard_invariance",
+    "step.update",
+    "step.metrics",
 )
 
 
