@@ -11,7 +11,8 @@ entry a consequence and the trainer configs under which it has it:
   ``state``, step.metrics ``metric``; ``runs`` (the operation raises on
   a valid input) is ``crash`` when a config runs the operation.
 - measured, for every other check of an operation: no declared config runs the clause's
-  operations -> ``unreached``; otherwise step.update is searched under each config that runs
+  operations -> ``unreached`` (unless the target names them in ``step_unbound_ops``: its
+  trainer runs them under an option the step binding does not cover -> ``None``); otherwise step.update is searched under each config that runs
   them, on cases of the finding's severity domain that carry the features that cause it
   (a finding about one aggregation mode: under the configs that aggregate with it).
   A case whose first diverging stage is one of this operation's stages -> ``update`` under
@@ -267,6 +268,30 @@ def _ordinary_divergence(
     return cache[key]
 
 
+def unbound(target: Any, ops: set[str]) -> str | None:
+    """The trainer options that run ``ops`` on a path the step binding does not cover (the
+    target's ``step_unbound_ops``: operation -> option), or None. Such a finding is
+    unmeasured, not ``unreached``: its trainer does run the operation."""
+    table = getattr(target, "step_unbound_ops", None) or {}
+    hits = sorted(op for op in ops if op in table)
+    if not hits:
+        return None
+    return "; ".join(f"{op} under {table[op]}" for op in hits)
+
+
+def _not_run(target: Any, ops: set[str], why: str) -> tuple[str | None, list[str], str]:
+    """``unreached`` (no trainer config runs ``ops``), unless the trainer runs them under an
+    option the step binding does not cover (``unbound``)."""
+    options = unbound(target, ops)
+    if options is not None:
+        return (
+            None,
+            [],
+            f"unmeasured: the trainer runs {options}, which the step binding does not cover",
+        )
+    return "unreached", [], why
+
+
 def measured(
     clause: Any,
     check: str | None,
@@ -286,8 +311,7 @@ def measured(
     ops = ops_of(clause, check, target)
     running = [c for c in configs if ops & c.ops]
     if not running:
-        names = ", ".join(sorted(ops))
-        return "unreached", [], f"no trainer config runs {names}"
+        return _not_run(target, ops, f"no trainer config runs {', '.join(sorted(ops))}")
     mode = agg_mode(clause.id, case)
     if mode is not None:
         running = [c for c in running if c.resolved["loss_agg_mode"] == mode]
@@ -468,11 +492,11 @@ def judge(
     running = [c.name for c in configs if ops & c.ops] or names
     if kind is not None:
         if not run_anywhere:
-            return "unreached", [], f"no trainer config runs {', '.join(sorted(ops))}"
+            return _not_run(target, ops, f"no trainer config runs {', '.join(sorted(ops))}")
         return kind, running, f"definitional: check {check!r} of {clause.id}"
     if check == "runs":
         if not run_anywhere:
-            return "unreached", [], f"no trainer config runs {', '.join(sorted(ops))}"
+            return _not_run(target, ops, f"no trainer config runs {', '.join(sorted(ops))}")
         return "crash", running, "the operation raises on a valid input"
     try:
         return measured(clause, check, severity, features, target, configs, device, seed, case)

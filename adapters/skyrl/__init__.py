@@ -8,9 +8,11 @@ does Python < 3.12. What is bound (``manifest.BINDINGS``): the KL estimator, the
 reward and its controllers, the GRPO / RLOO / REINFORCE++ / GAE estimators through the
 trainer's ``compute_advantages_and_returns``, and the PPO clip / dual clip / GSPO / CISPO /
 critic losses through the registry the workers use, and the loss aggregation (the
-trainer's advantage pre-scaling, ``reduce_loss``, the dp-size factor). Not bound yet: the
-training step, step-wise trajectories, SAPO / DPPO / rollout-IS, the training-batch
-DP padding.
+trainer's advantage pre-scaling, ``reduce_loss``, the dp-size factor), and the training
+step (``step.py``: ``RayPPOTrainer.train``'s chain on one rollout batch through the policy
+worker's ``forward_backward``, under ``SkyRLTrainConfig()`` and named configs). Not bound
+yet: the critic in the step, dp size > 1 and mini-batches in the step, the step's logged
+metrics, step-wise trajectories, SAPO / DPPO / rollout-IS.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from rlconform.adapters.skyrl.kl import KLBindings
 from rlconform.adapters.skyrl.loss import LossBindings
 from rlconform.adapters.skyrl.manifest import BINDINGS, PROFILE, load_deviations
 from rlconform.adapters.skyrl.runtime import SkyRLRuntime, load_runtime
+from rlconform.adapters.skyrl.step import StepOps
 
 
-class SkyRLTarget(KLBindings, AdvantageBindings, LossBindings, AggregateBindings, Target):
+class SkyRLTarget(StepOps, KLBindings, AdvantageBindings, LossBindings, AggregateBindings, Target):
     """SkyRL, bound operation by operation."""
 
     name = "skyrl"

@@ -103,6 +103,21 @@ BINDINGS: dict[str, dict[str, object]] = {
         "path": "RayPPOTrainer.train_critic_and_policy: _normalize_advantages per mini-batch; "
         f"{_POLICY_PATH}: policy_loss * dp_size",
     },
+    "train_step": {
+        "functions": [
+            f"{_TRAINER}.postprocess_generator_output",
+            f"{_TRAINER}.convert_to_training_input",
+            f"{_TRAINER}.fwd_logprobs_values_reward",
+            f"{_TRAINER}.apply_reward_kl_penalty",
+            f"{_TRAINER}.compute_advantages_and_returns",
+            f"{_TRAINER}.train_critic_and_policy",
+            "skyrl.backends.skyrl_train.distributed.dispatch.MeshDispatch.stage_chunks",
+            "skyrl.backends.skyrl_train.workers.worker.PolicyWorkerBase.forward_backward",
+        ],
+        "path": "RayPPOTrainer.train steps 1.2-7 on one rollout batch (one mini-batch, dp "
+        "size 1); the worker's micro-batches, policy loss, KL and entropy terms and backward; "
+        "the model forward, Ray and the optimizer stood in",
+    },
     "value_loss": {
         "functions": [f"{_UTILS}.ppo_critic_loss"],
         "path": "CriticWorkerBase._forward_backward_micro: ppo_critic_loss",

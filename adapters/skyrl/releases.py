@@ -29,6 +29,9 @@ CALLED = (
     ("trainer", "RayPPOTrainer"),
     ("config", "SkyRLTrainConfig"),
     ("training_batch", "TrainingInputBatch"),
+    ("worker", "PolicyWorkerBase"),
+    ("dispatch", "MeshDispatch"),
+    ("dispatch", "MeshRank"),
 )
 
 RELEASES: tuple[str, ...] = ("0.4.0",)

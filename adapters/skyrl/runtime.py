@@ -28,6 +28,8 @@ MODULES = (
     ("training_batch", "skyrl.backends.skyrl_train.training_batch"),
     ("config", "skyrl.train.config"),
     ("trainer", "skyrl.train.trainer"),
+    ("worker", "skyrl.backends.skyrl_train.workers.worker"),
+    ("dispatch", "skyrl.backends.skyrl_train.distributed.dispatch"),
 )
 
 
@@ -39,6 +41,8 @@ class SkyRLRuntime:
     training_batch: Any
     config: Any
     trainer: Any
+    worker: Any
+    dispatch: Any
 
 
 def _version(framework_path: str | None) -> str | None:

@@ -638,7 +638,19 @@ def check_update_under(ctx: Any, case: dict[str, Any], config: TrainerConfig) ->
             )
         rewards = got
     spec = ESTIMATORS[f"adv.{cfg['estimator']}"]
-    expected = spec.expect(ctx, _adv_case(case, rewards, cfg))
+    try:
+        expected = spec.expect(ctx, _adv_case(case, rewards, cfg))
+    except ContractError as refusal:
+        # the contract refuses the batch under the target's own profile (its whitening
+        # raises on it); the trainer's step went on: its advantages are not the contract's
+        with ctx.check("advantages"):
+            raise ClauseMismatch(
+                f"[{clause_id}] the contract refuses this batch under the target's profile "
+                f"({refusal}), but the trainer's step ran and produced advantages",
+                detail={"what": "advantages"},
+                check="advantages",
+            ) from None
+        return  # declared: nothing later in the chain has a contract value to compare
     want_adv, adv_scale = expected.advantages, expected.advantage_scale
     if not cfg["whiten_advantages"]:  # the config leaves the advantages unwhitened
         want_adv = oracle.unwhitened(cfg["estimator"], expected.returns, samples)

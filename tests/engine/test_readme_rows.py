@@ -82,9 +82,17 @@ ROWS = _rows()
 
 def test_the_table_is_read():
     targets = {row[0] for row in ROWS}
-    assert {"verl", "slime", "roll", "trl", "trl-liger", "openrlhf", "areal", "skyrl", "unsloth"} <= targets, (
-        targets
-    )
+    assert {
+        "verl",
+        "slime",
+        "roll",
+        "trl",
+        "trl-liger",
+        "openrlhf",
+        "areal",
+        "skyrl",
+        "unsloth",
+    } <= targets, targets
     assert len([r for r in ROWS if r[0] == "verl"]) == 3  # 0.9.1, 0.8.0, 0.7.1
 
 

@@ -3,6 +3,8 @@ each kind of break gets its consequence, measured on torchref's step."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from rlconform.conformance.profiles import get_run_profile
@@ -353,3 +355,35 @@ def test_ordinary_cases_carry_none_of_the_findings_features(monkeypatch):
     assert seen == [frozenset({"hole_reward"})]
     assert kind == "update", basis
     assert names == ["ppo_gae"]
+
+
+def test_an_operation_the_trainer_runs_outside_the_bound_configs_is_unmeasured():
+    """A finding on an operation no bound config runs is ``unreached`` only when the trainer
+    cannot run it at all: where the target names it in ``step_unbound_ops`` (its trainer runs
+    it under an option the step binding does not cover), the consequence is unmeasured."""
+    target = m.mutant("opo-unbound", advantage_opo=m.opo_shifted)
+    target.step_unbound_ops = {"advantage_opo": "algorithm.adv_estimator=opo"}
+    report = certify(target, select("adv.opo"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert result.status == "fail", result.message
+    assert result.consequence is None, result.consequence
+    assert result.consequence_basis.startswith("unmeasured"), result.consequence_basis
+    assert "algorithm.adv_estimator=opo" in result.consequence_basis
+
+
+def test_a_step_that_runs_where_its_profile_refuses_the_batch_fails_at_advantages():
+    """Under a profile whose whitening raises on a batch with one action token
+    (``whiten_degenerate="raise"``), a trainer step that goes on and produces advantages is
+    not the contract's: step.update fails at the advantages stage instead of erroring."""
+
+    def step_with_zeros(orig, batch, config, state=None):
+        return orig.train_step(batch, config, state)  # the original's profile: zeros
+
+    target = m.mutant("whitens-degenerate", train_step=step_with_zeros)
+    target.profile = dataclasses.replace(
+        target.profile, extra={**target.profile.extra, "whiten_degenerate": "raise"}
+    )
+    report = certify(target, select("step.update"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert (result.status, result.check) == ("fail", "advantages"), result.message
+    assert "refuses this batch under the target's profile" in result.message

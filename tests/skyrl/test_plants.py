@@ -360,3 +360,65 @@ def test_plant_fails_its_clause_on_real_skyrl(skyrl, name, monkeypatch):
     with pytest.raises(ClauseMismatch) as info:
         replay(clause_id, skyrl, case)
     assert f"[{clause_id}]" in str(info.value)
+
+
+# -- the step: plants in the trainer's and the policy worker's own methods, each failing
+# -- step.update under the default config on a batch the unbroken code passes
+
+_WORKER = "skyrl.backends.skyrl_train.workers.worker"
+
+STEP_PLANTS = {
+    "the outcome reward placed on the first response token": (
+        _TRAINER,
+        "RayPPOTrainer",
+        "postprocess_generator_output",
+        "per_token_reward[-1] = float(reward)",
+        "per_token_reward[0] = float(reward)",
+    ),
+    "GRPO's advantages not divided by the group std": (
+        _TRAINER,
+        "RayPPOTrainer",
+        "compute_advantages_and_returns",
+        'grpo_norm_by_std=self.cfg.trainer.algorithm.grpo_norm_by_std,\n        )\n    data["returns"]',
+        'grpo_norm_by_std=False,\n        )\n    data["returns"]',
+    ),
+    "the KL term summed over the micro-batches, not weighted by their share": (
+        _WORKER,
+        "PolicyWorkerBase",
+        "forward_backward",
+        "microbatch_weight = len(microbatch) / len(data)",
+        "microbatch_weight = 1.0",
+    ),
+}
+
+
+def _step_case():
+    from tests.step import by_hand as h
+
+    # equal lengths (SkyRL's sequence-mean KL is the token mean there), two micro-batches
+    return h.case(
+        [
+            h.sample("s0", [1, 1], 0.0, ref=[-0.5, -1.0]),
+            h.sample("s1", [1, 1], 1.0, delta=0.05),
+            h.sample("s2", [1, 1], 0.5, group="g1"),
+            h.sample("s3", [1, 1], 0.0, group="g1", ref=[-1.5, -0.5]),
+        ],
+        [2, 2],
+    )
+
+
+@pytest.mark.parametrize("name", sorted(STEP_PLANTS))
+def test_step_plant_fails_step_update(skyrl, name, monkeypatch):
+    from rlconform.conformance.clauses import step
+
+    module, owner, function, old, new = STEP_PLANTS[name]
+    case = _step_case()
+    token = step.select_configs(["default"])
+    try:
+        replay("step.update", skyrl, case)  # the unbroken code passes this case
+        mutate(monkeypatch, module, owner, function, old, new)
+        with pytest.raises(ClauseMismatch) as info:
+            replay("step.update", skyrl, case)
+    finally:
+        step.reset_configs(token)
+    assert "[step.update]" in str(info.value)

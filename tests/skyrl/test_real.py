@@ -28,6 +28,7 @@ BASELINED = (
     "agg.token_mean",
     "agg.seq_mean_token_mean",
     "agg.seq_mean_token_sum_norm",
+    "step.update",
 )
 PASSING = (
     "kl.estimators",
@@ -36,6 +37,7 @@ PASSING = (
     "adv.rloo",
     "loss.ppo_clip",
     "loss.dual_clip",
+    "step.state",
 )
 
 
