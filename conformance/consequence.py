@@ -146,6 +146,27 @@ def _check_under(clause_id: str) -> Any:
 VALUE_ONLY = "loss value only"
 
 
+# step.update's gradient checks: a finding observed failing one changed a gradient
+GRADIENT_CHECKS = frozenset(
+    {"gradient", "gradient_off_actions", "entropy_gradient", "value_gradient"}
+)
+
+# Features whose values are, or overflow to, NaN or inf (CONTRACT §0a)
+NONFINITE_INPUTS = frozenset({"padding_nonfinite", "overflow"})
+
+
+def loss_value_only(failure: ClauseMismatch, nonfinite_inputs: bool = False) -> bool:
+    """A step case's loss differs and what the finding's own inputs do ends there: its
+    gradient is the contract's; or, for a finding about non-finite inputs
+    (``nonfinite_inputs``: its features are among ``NONFINITE_INPUTS``), its loss is NaN/inf
+    while every gradient stays finite. A NaN or inf that reaches a gradient makes it
+    non-finite, so a finite gradient that differs beside such a loss is another break's (a
+    declared denominator of the same config), not the non-finite input's."""
+    if failure.gradient_agrees:
+        return True
+    return nonfinite_inputs and failure.nonfinite_loss and failure.gradient_finite
+
+
 class _Diverged(Exception):
     def __init__(self, stage: str):
         super().__init__(stage)
@@ -195,7 +216,9 @@ def _step_outcome(
         try:
             one_config(ctx, case, config)
         except ClauseMismatch as failure:
-            if not failure.gradient_agrees or (stages is not None and failure.check not in stages):
+            if not loss_value_only(failure, bool(required & NONFINITE_INPUTS)) or (
+                stages is not None and failure.check not in stages
+            ):
                 raise
             value_only.add(failure.check or "step")
 
@@ -366,7 +389,8 @@ def measured(
             "metric",
             logged,
             "step.update: only the back-propagated loss value differs on such cases, its "
-            "gradient is the contract's" + note,
+            "gradient is the contract's (or, NaN/inf beside finite gradients, the non-finite "
+            "inputs did not reach them)" + note,
         )
     if contained and not elsewhere:
         return (
@@ -399,11 +423,12 @@ def _failing_configs(
     seed: int,
     elsewhere: dict[str, str] | None = None,
     loss_only: set[str] | None = None,
+    nonfinite_inputs: bool = False,
 ) -> list[str]:
     """The configs under which ``case`` fails one of ``checks`` of step clause
     ``clause_id`` (``runs``: the step raises); ``elsewhere`` collects the configs under
     which it fails first at another check (config -> check), ``loss_only`` those under
-    which only the loss value differs (its gradient is the contract's)."""
+    which only the loss value differs (``loss_value_only``)."""
     from rlconform.conformance.clauses import step as step_clauses
 
     if case is None:
@@ -423,7 +448,7 @@ def _failing_configs(
         except ClauseMismatch as failure:
             if not wanted or failure.check in wanted:
                 failing.append(config.name)
-                if failure.gradient_agrees and loss_only is not None:
+                if loss_value_only(failure, nonfinite_inputs) and loss_only is not None:
                     loss_only.add(config.name)
             elif elsewhere is not None:
                 elsewhere[config.name] = failure.check or "step"
@@ -465,17 +490,32 @@ def judge(
             seed,
             elsewhere,
             loss_only,
+            bool(set(features) & NONFINITE_INPUTS),
         )
         if failed_config is not None and failed_config not in failing:
             failing.insert(0, failed_config)
-        if failing and kind == "update" and set(failing) <= loss_only:
+        observed_gradient = bool(set(checks) & GRADIENT_CHECKS)
+        if failing and kind == "update" and set(failing) <= loss_only and not observed_gradient:
             # the optimizer applies the contract's gradient: only the loss value it logs
-            # differs (a NaN loss of an all-masked batch with a zero gradient)
+            # differs (a NaN loss of an all-masked batch with a zero gradient). Not where the
+            # entry was observed failing a gradient check too: on some of its cases the
+            # gradient differed, whatever its minimal case shows
             return (
                 "metric",
                 failing,
                 f"{clause.id}: the back-propagated loss differs on the finding's case, "
-                "its gradient is the contract's under these configs (only the logged loss)",
+                "its gradient is the contract's under these configs (only the logged loss; "
+                "or, NaN/inf beside finite gradients, the non-finite inputs did not reach "
+                "them)",
+            )
+        if failing and kind == "update" and set(failing) <= loss_only:
+            seen = ", ".join(sorted(set(checks) & GRADIENT_CHECKS))
+            return (
+                kind,
+                failing,
+                f"{clause.id}: on the finding's case only the loss value differs under these "
+                f"configs, but the entry was observed failing {seen} too (a gradient differs "
+                "on its other cases)",
             )
         if failing:
             return kind, failing, f"{clause.id} fails on the finding's case under these configs"

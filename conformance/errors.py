@@ -37,6 +37,11 @@ class ClauseMismatch(AssertionError):
         self.case: Any = None
         # step.update: the loss differs but every gradient check passed (CONTRACT §0b)
         self.gradient_agrees = False
+        # step.update: the loss is NaN or inf where the contract's is finite (a value that by
+        # itself says nothing about the gradient, unlike a finite loss off by a factor)
+        self.nonfinite_loss = False
+        # ... and every gradient the step back-propagated is finite (CONTRACT §0b)
+        self.gradient_finite = False
 
 
 class TargetError(Exception):

@@ -715,6 +715,7 @@ def check_update_under(ctx: Any, case: dict[str, Any], config: TrainerConfig) ->
             scale=loss_scale,
         ),
         lambda: _check_actor_gradients(ctx, case, candidates, grads, actor, token_scales),
+        grads,
     )
     if cfg["critic"] and not _at_value_clip_edge(samples, cfg):
         _check_critic(ctx, case, cfg, returns, output, grads, actor["weights"], n_tokens)
@@ -724,16 +725,32 @@ GRADIENT_AGREES = " (its gradient is the contract's: only the loss value differs
 
 
 def _loss_then_gradients(
-    ctx: Any, loss_check: str, compare_loss: Any, compare_gradients: Any
+    ctx: Any,
+    loss_check: str,
+    compare_loss: Any,
+    compare_gradients: Any,
+    grads: dict[str, Any] | None = None,
 ) -> None:
     """Compare a back-propagated loss, then its gradients. The loss is the earlier stage,
     so its failure is the one raised; where every gradient check passes the failure is
     marked ``gradient_agrees`` (CONTRACT §0b: the optimizer applies the contract's update,
-    only the loss value a trainer logs differs; consequence ``metric``)."""
+    only the loss value a trainer logs differs; consequence ``metric``). A NaN or inf loss
+    is marked ``nonfinite_loss``, and ``gradient_finite`` when every gradient in ``grads``
+    is finite (consequence.loss_value_only)."""
     try:
         with ctx.check(loss_check):
             compare_loss()
     except ClauseMismatch as failure:
+        expected, actual = failure.detail.get("expected"), failure.detail.get("actual")
+        failure.nonfinite_loss = (
+            isinstance(expected, (int, float))
+            and isinstance(actual, (int, float))
+            and math.isfinite(expected)
+            and not math.isfinite(actual)
+        )
+        failure.gradient_finite = all(
+            bool(torch.isfinite(g).all()) for g in (grads or {}).values() if g is not None
+        )
         declared, ctx.observer = ctx.observer, Observer()  # a declared gradient break counts
         try:
             compare_gradients()
@@ -815,6 +832,7 @@ def _check_critic(
             v_scale,
             off_check="value_gradient",
         ),
+        grads,
     )
 
 

@@ -188,3 +188,38 @@ def raises_under_dr_grpo(orig, batch, config, state=None):
 def rloo_raises(orig, token_level_rewards, response_mask, index, *args, **kwargs):
     """adv.rloo raises on every input: a crash of an operation one config runs."""
     raise RuntimeError("planted: advantage_rloo raises")
+
+
+def nan_loss_at_padding(orig, batch, config, state=None):
+    """A non-finite log-prob anywhere in the batch (padding, mask-0 tokens) makes the
+    back-propagated loss NaN (0 * NaN in a masked sum) while every gradient stays the
+    contract's: only the logged loss differs."""
+    output = orig.train_step(batch, config, state)
+    if not bool(torch.isfinite(batch.log_probs.detach()).all()):
+        output.loss = torch.tensor(float("nan"))
+    return output
+
+
+def nan_loss_at_padding_beside_a_gradient_shifted_under_dr_grpo(orig, batch, config, state=None):
+    """``nan_loss_at_padding``, and under ``dr_grpo`` a second, separate break: 0.1 added
+    to the log-prob gradient of every action token of every batch (a finite update change
+    the non-finite input has nothing to do with)."""
+    output = nan_loss_at_padding(orig, batch, config, state)
+    if config.name == "dr_grpo":
+        leaf = batch.log_probs
+        if leaf.grad is None:
+            leaf.grad = torch.zeros_like(leaf)
+        leaf.grad.add_(0.1 * batch.loss_mask.to(leaf.dtype))
+    return output
+
+
+def nan_loss_and_gradient_at_padding(orig, batch, config, state=None):
+    """``nan_loss_at_padding``, and the NaN reaches the log-prob gradient: the update
+    changes."""
+    output = nan_loss_at_padding(orig, batch, config, state)
+    if not bool(torch.isfinite(batch.log_probs.detach()).all()):
+        leaf = batch.log_probs
+        if leaf.grad is None:
+            leaf.grad = torch.zeros_like(leaf)
+        leaf.grad.fill_(float("nan"))
+    return output

@@ -387,3 +387,88 @@ def test_a_step_that_runs_where_its_profile_refuses_the_batch_fails_at_advantage
     (result,) = report.clauses
     assert (result.status, result.check) == ("fail", "advantages"), result.message
     assert "refuses this batch under the target's profile" in result.message
+
+
+def _nan_padding_finding(plant):
+    from rlconform.adapters.base import Deviation
+
+    target = m.mutant(plant.__name__, train_step=plant)
+    target.deviations = {
+        "step.update": [
+            Deviation(
+                "a separate break: the gradient + 0.1 under Dr. GRPO",
+                ("loss", "gradient", "entropy_gradient"),
+                configs=("dr_grpo",),
+            )
+        ]
+    }
+    report = certify(target, select("step.update"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert (result.status, result.check) == ("fail", "loss"), result.message
+    assert "padding_nonfinite" in result.features or "overflow" in result.features
+    return result
+
+
+@pytest.mark.parametrize(
+    ("plant", "consequence"),
+    [
+        (m.nan_loss_at_padding, "metric"),
+        (m.nan_loss_at_padding_beside_a_gradient_shifted_under_dr_grpo, "metric"),
+        (m.nan_loss_and_gradient_at_padding, "update"),
+    ],
+)
+def test_a_nan_loss_from_nan_inputs_beside_finite_gradients_is_the_logged_value(plant, consequence):
+    """§0b: a NaN at padding that makes the back-propagated loss NaN changes the update only
+    if it reaches a gradient (then the gradient is NaN too). Under a config with a second,
+    separate finite gradient break (declared), the finding's case fails the gradient check
+    as well, but the non-finite input did not reach it: still ``metric``. A NaN gradient is
+    ``update``."""
+    result = _nan_padding_finding(plant)
+    assert result.failure_consequence == consequence, result.failure_basis
+
+
+def test_a_finite_gradient_break_beside_a_nan_loss_is_its_own_update_elsewhere():
+    """The same two-break plant: the gradient break keeps its own consequence, ``update``
+    under dr_grpo, in the declared entry's verdict."""
+    result = _nan_padding_finding(m.nan_loss_at_padding_beside_a_gradient_shifted_under_dr_grpo)
+    (entry,) = [d for d in result.deviations if "+ 0.1" in d.rationale]
+    assert (entry.consequence, entry.configs) == ("update", ["dr_grpo"]), entry.basis
+    assert (result.consequence, result.configs) == ("update", ["dr_grpo"])
+
+
+@pytest.mark.parametrize(
+    ("checks", "consequence"), [(("loss",), "metric"), (("loss", "gradient_off_actions"), "update")]
+)
+def test_an_entry_observed_failing_a_gradient_check_is_an_update(monkeypatch, checks, consequence):
+    """A declared step entry whose minimal case differs only in the loss value is ``metric``
+    only when the entry was never observed failing a gradient check: a NaN at padding that
+    leaves the minimal case's gradient alone but reaches it on other cases (observed
+    ``gradient_off_actions``) changes the update."""
+    from rlconform.conformance import consequence as c
+    from rlconform.conformance.registry import get
+
+    def failing(*args, **kwargs):
+        # _failing_configs(clause_id, case, checks, target, configs, device, seed,
+        # elsewhere, loss_only, nonfinite_inputs): every config fails on the loss only
+        loss_only = args[8]
+        loss_only.add("default")
+        return ["default"]
+
+    target = m.mutant("agg-local", agg_loss=m.agg_local)
+    monkeypatch.setattr(c, "_failing_configs", failing)
+    configs = [config for config in target.trainer_configs() if config.name == "default"]
+    kind, names, basis = c.judge(
+        get("step.update"),
+        "loss",
+        "hardening",
+        ["padding_nonfinite"],
+        target,
+        configs,
+        "cpu",
+        0,
+        case={"samples": []},
+        checks=checks,
+    )
+    assert (kind, names) == (consequence, ["default"]), basis
+    if consequence == "update":
+        assert "observed failing gradient_off_actions" in basis
