@@ -13,8 +13,9 @@ dependencies: unsloth-zoo imports only where it is present, and its GPU dependen
 built (its ``compute_loss`` call is transcribed in ``accumulated.py``). Releases outside
 ``releases.py`` exit 2 naming the range. The step (``step.py``) runs the generated
 ``compute_loss`` itself, built from the installed unsloth's source (``compute_loss.py``), on
-TRL's step, under configs as ``UnslothGRPOConfig`` resolves them (``config.py``). Not bound:
-the vLLM IS modes, SAPO / VESPO, the entropy bonus.
+TRL's step, under configs as ``UnslothGRPOConfig`` resolves them (``config.py``). The vLLM IS
+weights that ``grpo_compute_loss`` forms itself are bound at operation level
+(``offpolicy.py``). Not bound: the IS modes in the step, SAPO / VESPO, the entropy bonus.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from rlconform.adapters.trl.runtime import TrlRuntime, load_runtime
 from rlconform.adapters.trl.shell import Shell
 from rlconform.adapters.unsloth.loss import UnslothLossBindings
 from rlconform.adapters.unsloth.manifest import BINDINGS, PROFILE, deviations_for
+from rlconform.adapters.unsloth.offpolicy import UnslothOffpolicyBindings
 from rlconform.adapters.unsloth.releases import TRL_RELEASES, check_trl, zoo_range
 from rlconform.adapters.unsloth.runtime import COMPILED, ZooRuntime, load_zoo
 from rlconform.adapters.unsloth.step import UnslothStepOps
 
 
-class UnslothTarget(UnslothLossBindings, UnslothStepOps, Target):
+class UnslothTarget(UnslothLossBindings, UnslothOffpolicyBindings, UnslothStepOps, Target):
     """Unsloth's GRPO loss, bound operation by operation."""
 
     name = "unsloth"

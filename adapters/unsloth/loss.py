@@ -161,6 +161,7 @@ class UnslothLossBindings:
         per_sequence: torch.Tensor | None = None,
         old: torch.Tensor | None = None,
         ref: torch.Tensor | None = None,
+        sampling: torch.Tensor | None = None,
         denominators: dict[str, Any] | None = None,
         capture: tuple[str, ...] = (),
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -189,6 +190,7 @@ class UnslothLossBindings:
             advantages=per_sequence.to(torch.float32),
             old=old,
             ref=ref,
+            sampling=sampling,
             num_items=run["num_items"],
             capture=capture,
         )

@@ -62,6 +62,25 @@ BINDINGS: dict[str, dict[str, object]] = {
         "functions": [_ACC, _MATH],
         "path": f"{_PATH} (beta != 0, use_bias_correction_kl=True{_AGAIN}: kl_i)",
     },
+    **{
+        op: {
+            "functions": [_ACC, _EFF, _MATH],
+            "path": f"{_PATH} (use_vllm, vllm_importance_sampling_correction, "
+            f"vllm_importance_sampling_mode={mode}, clip_min / clip_max from trainer.args; "
+            "sampling_per_token_logps; the flat_is_ratio it returns: the weight "
+            "grpo_compute_loss multiplies loss_i by)",
+        }
+        for op, mode in (
+            ("is_correction_weights", "the case's"),
+            ("tis_weights", "'token_truncate'"),
+            ("icepop_weights", "'token_mask'"),
+        )
+    },
+    "opsm_mask": {
+        "functions": [_ACC, _MATH, "trl.trainer.grpo_trainer.GRPOTrainer.get_off_policy_mask"],
+        "path": f"{_PATH} (off_policy_mask_threshold; the old log-probs as the mismatch "
+        f"log-probs{_AGAIN}: off_policy_mask)",
+    },
     "agg_loss": {
         "functions": [_ACC, _MATH],
         "path": f"{_PATH} (loss_type dapo | grpo | bnpo | luspo | dr_grpo: its keywords); "

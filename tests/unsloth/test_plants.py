@@ -80,6 +80,69 @@ PLANTS = {
             "mode": "k3",
         },
     ),
+    "offpolicy.is_correction: the sequence ratio from the mean log-ratio": (
+        "offpolicy.is_correction",
+        "importance_sampling_ratio = importance_sampling_ratio.sum(dim=-1, keepdim=True)\n",
+        "importance_sampling_ratio = importance_sampling_ratio.mean(dim=-1, keepdim=True)\n",
+        {
+            "samples": [
+                {"uid": "s0", "mask": [1, 1], "old": [-1.0, -0.5], "rollout": [-1.25, -1.0]}
+            ],
+            "pad_value": 0.0,
+            "extra_pad": 1,
+            "mode": "sequence_truncate",
+            "clip_min": None,
+            "clip_max": 3.0,
+        },
+    ),
+    "offpolicy.tis: the ratio inverted (rollout over old)": (
+        "offpolicy.tis",
+        "importance_sampling_ratio = torch.exp(importance_sampling_ratio)",
+        "importance_sampling_ratio = torch.exp(-importance_sampling_ratio)",
+        {
+            "samples": [
+                {"uid": "s0", "mask": [1, 1], "old": [-1.0, -0.5], "rollout": [-1.25, -1.0]}
+            ],
+            "pad_value": 0.0,
+            "extra_pad": 1,
+            "low": 0.0,
+            "high": 5.0,
+        },
+    ),
+    "offpolicy.icepop: rejected tokens kept at weight 1": (
+        "offpolicy.icepop",
+        "invalid_mis_mask, value=0.0",
+        "invalid_mis_mask, value=1.0",
+        {
+            "samples": [
+                {"uid": "s0", "mask": [1, 1], "old": [-1.0, -0.5], "rollout": [-1.25, -3.0]}
+            ],
+            "pad_value": 0.0,
+            "extra_pad": 1,
+            "low": 0.5,
+            "high": 2.0,
+        },
+    ),
+    "offpolicy.opsm: the mismatch measured against the policy itself": (
+        "offpolicy.opsm",
+        "sampling_per_token_logps=sampling_per_token_logps if sampling_per_token_logps is not "
+        "None else (old if old is not None else new.detach()),",
+        "sampling_per_token_logps=new.detach(),",
+        {
+            "samples": [
+                {
+                    "uid": "s0",
+                    "mask": [1, 1, 1],
+                    "logp": [-2.0, -1.0, -0.5],
+                    "old": [-1.0, -0.5, -0.5],
+                    "advantage": -1.0,
+                }
+            ],
+            "pad_value": 0.0,
+            "extra_pad": 1,
+            "delta": 1e-4,
+        },
+    ),
     "agg.token_mean: the process count divided in twice": (
         "agg.token_mean",
         "loss = (loss_i * mask).sum() / normalizer\n",
