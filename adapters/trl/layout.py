@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 import torch
 
+from rlconform.adapters.base import Inexpressible
+
 
 @dataclasses.dataclass(frozen=True)
 class Completions:
@@ -32,6 +34,17 @@ class Completions:
     @property
     def longest(self) -> int:
         return max(self.lengths, default=0)
+
+
+def require_micro_batch(shape: Sequence[int], *, tokens: bool = False) -> None:
+    """Refuse a (B, T) batch TRL's trainer never builds: no completion in the micro-batch,
+    or (``tokens``: where a binding needs a column) completions of no token."""
+    if shape[0] == 0:
+        raise Inexpressible("TRL's micro-batches hold at least one completion")
+    if tokens and shape[1] == 0:
+        raise Inexpressible(
+            "completions of no token: TRL's generator returns at least the token it stopped on"
+        )
 
 
 def completions(response_mask: torch.Tensor) -> Completions:

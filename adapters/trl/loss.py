@@ -235,8 +235,7 @@ class LossBindings:
         old: torch.Tensor | None,
     ) -> torch.Tensor:
         batch, width = logprob.shape
-        if batch == 0:
-            raise Inexpressible("TRL's micro-batches hold at least one completion")
+        layout.require_micro_batch(logprob.shape)
         # element-wise: every position is a completion token (nothing is masked)
         mask = torch.ones((batch, width), dtype=torch.long, device=logprob.device)
         _, captured, _ = self.shell.compute_loss(
@@ -275,8 +274,7 @@ class LossBindings:
         if loss_type is None:
             raise Unsupported(f"TRL has no loss_type that aggregates as {mode!r}")
         batch, width = loss_mat.shape
-        if batch == 0:
-            raise Inexpressible("TRL's micro-batches hold at least one completion")
+        layout.require_micro_batch(loss_mat.shape)
         fields: dict[str, Any] = {"loss_type": loss_type}
         denominators = {
             "dp_size": dp_size,
@@ -374,8 +372,7 @@ def _denominators(
 
 
 def _micro_batch(response_mask: torch.Tensor) -> layout.Completions:
-    if response_mask.shape[0] == 0:
-        raise Inexpressible("TRL's micro-batches hold at least one completion")
+    layout.require_micro_batch(response_mask.shape)
     return layout.completions(response_mask)
 
 

@@ -70,8 +70,7 @@ class OffpolicyBindings:
         """GRPOTrainer.get_off_policy_mask with the arguments _compute_loss passes: the
         (B, 1) advantages, the policy's log-probs, the sampling log-probs, completion_mask x
         tool_mask; its (B, 1) keep flag is spread over the sample's action tokens."""
-        if response_mask.shape[0] == 0:
-            raise Inexpressible("TRL's micro-batches hold at least one completion")
+        layout.require_micro_batch(response_mask.shape)
         per_sequence = layout.per_sequence(advantages, response_mask)
         if per_sequence is None:
             raise Inexpressible("OPSM reads one advantage per sequence")

@@ -238,8 +238,7 @@ class LigerLossBindings:
         old: torch.Tensor | None = None,
     ) -> torch.Tensor:
         batch, width = logprob.shape
-        if batch == 0:
-            raise Inexpressible("TRL's micro-batches hold at least one completion")
+        layout.require_micro_batch(logprob.shape)
         # element-wise: every position is a completion token (nothing is masked); the loss
         # type is TRL's default (the KL term does not depend on it)
         mask = torch.ones((batch, width), dtype=torch.long, device=logprob.device)
@@ -272,8 +271,7 @@ class LigerLossBindings:
         if loss_type is None:
             raise Unsupported(f"TRL has no loss_type that aggregates as {mode!r}")
         batch, _ = loss_mat.shape
-        if batch == 0:
-            raise Inexpressible("TRL's micro-batches hold at least one completion")
+        layout.require_micro_batch(loss_mat.shape)
         denominators = {
             "dp_size": dp_size,
             "batch_num_tokens": batch_num_tokens,

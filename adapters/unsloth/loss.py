@@ -264,8 +264,7 @@ class UnslothLossBindings:
         old: torch.Tensor | None = None,
     ) -> torch.Tensor:
         batch, width = logprob.shape
-        if batch == 0:
-            raise Inexpressible("TRL's micro-batches hold at least one completion")
+        layout.require_micro_batch(logprob.shape)
         # element-wise: every position is a completion token (nothing is masked)
         mask = torch.ones((batch, width), dtype=torch.long, device=logprob.device)
         captured = self._locals(
@@ -297,8 +296,7 @@ class UnslothLossBindings:
         if loss_type is None:
             raise Unsupported(f"TRL has no loss_type that aggregates as {mode!r}")
         batch, width = loss_mat.shape
-        if batch == 0:
-            raise Inexpressible("TRL's micro-batches hold at least one completion")
+        layout.require_micro_batch(loss_mat.shape)
         off = ~loss_mask.bool()
         if bool((off & ~torch.isfinite(loss_mat.detach())).any()):
             raise Inexpressible(

@@ -56,12 +56,7 @@ class UnslothOffpolicyBindings:
     ) -> torch.Tensor:
         """``off_policy_mask_threshold=delta``: the (B, 1) keep flag ``grpo_compute_loss``
         multiplies into ``loss_i``, spread over the sample's action tokens."""
-        if response_mask.shape[0] == 0:
-            raise Inexpressible("TRL's micro-batches hold at least one completion")
-        if response_mask.shape[1] == 0:
-            raise Inexpressible(
-                "completions of no token: TRL's generator returns at least the token it stopped on"
-            )
+        layout.require_micro_batch(response_mask.shape, tokens=True)
         per_sequence = layout.per_sequence(advantages, response_mask)
         if per_sequence is None:
             raise Inexpressible("OPSM reads one advantage per sequence")
@@ -91,12 +86,7 @@ class UnslothOffpolicyBindings:
                 f"Unsloth's GRPO loss has no vllm_importance_sampling_mode {mode!r}"
             )
         batch, width = response_mask.shape
-        if batch == 0:
-            raise Inexpressible("TRL's micro-batches hold at least one completion")
-        if width == 0:
-            raise Inexpressible(
-                "completions of no token: TRL's generator returns at least the token it stopped on"
-            )
+        layout.require_micro_batch(response_mask.shape, tokens=True)
         fields = {
             "loss_type": "dapo",
             "use_vllm": True,
