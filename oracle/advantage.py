@@ -90,12 +90,21 @@ def broadcast(values: Sequence[float], masks: Sequence[Sequence[int]]) -> Rows:
     return [[float(v) if m else 0.0 for m in mask] for v, mask in zip(values, masks)]
 
 
-def whiten(rows: Rows, masks: Sequence[Sequence[int]], *, degenerate: str, clause: str) -> Rows:
+def whiten(
+    rows: Rows,
+    masks: Sequence[Sequence[int]],
+    *,
+    degenerate: str,
+    clause: str,
+    std_eps: float | None = None,
+) -> Rows:
     """(x - mean) / sqrt(var + 1e-8) over every action token of the batch.
 
     Masked mean and unbiased masked variance. With at most one action token in the
     batch there is no spread to estimate: ``degenerate="zeros"`` (contract default)
-    gives zeros, ``"raise"`` raises a ContractError.
+    gives zeros, ``"raise"`` raises a ContractError. ``std_eps`` (profile
+    ``whiten_std_eps``): the stabiliser added to the std instead, (x - mean) /
+    (sqrt(var) + std_eps) (AReaL's ``Normalization``).
     """
     if degenerate not in ("zeros", "raise"):
         raise ContractError(clause, f"unknown whiten_degenerate {degenerate!r}")
@@ -109,7 +118,10 @@ def whiten(rows: Rows, masks: Sequence[Sequence[int]], *, degenerate: str, claus
         return [[0.0] * len(row) for row in rows]
     mean = math.fsum(xs) / n
     var = math.fsum((x - mean) ** 2 for x in xs) / (n - 1)
-    inv_std = 1.0 / math.sqrt(var + WHITEN_EPS)
+    if std_eps is None:
+        inv_std = 1.0 / math.sqrt(var + WHITEN_EPS)
+    else:
+        inv_std = 1.0 / (math.sqrt(var) + std_eps)
     return [
         [(x - mean) * inv_std if m else 0.0 for x, m in zip(row, mask)]
         for row, mask in zip(rows, masks)
@@ -171,6 +183,7 @@ def gae(
     gamma: float,
     lam: float,
     whiten_degenerate: str = "zeros",
+    whiten_std_eps: float | None = None,
     discount_at_holes: bool = False,
     uids: Sequence[object] | None = None,
 ) -> tuple[Rows, Rows]:
@@ -209,7 +222,10 @@ def gae(
             next_value, next_adv, following = v[t], adv[t], t
         raw.append(adv)
         returns.append(ret)
-    return whiten(raw, masks, degenerate=whiten_degenerate, clause="adv.gae"), returns
+    advantages = whiten(
+        raw, masks, degenerate=whiten_degenerate, clause="adv.gae", std_eps=whiten_std_eps
+    )
+    return advantages, returns
 
 
 def grpo(
@@ -276,6 +292,7 @@ def reinforce_pp(
     *,
     gamma: float,
     whiten_degenerate: str = "zeros",
+    whiten_std_eps: float | None = None,
     discount_at_holes: bool = False,
     uids: Sequence[object] | None = None,
 ) -> tuple[Rows, Rows]:
@@ -297,7 +314,14 @@ def reinforce_pp(
                 ret[t] = running
                 following = t
         returns.append(ret)
-    return whiten(returns, masks, degenerate=whiten_degenerate, clause="adv.reinforce_pp"), returns
+    advantages = whiten(
+        returns,
+        masks,
+        degenerate=whiten_degenerate,
+        clause="adv.reinforce_pp",
+        std_eps=whiten_std_eps,
+    )
+    return advantages, returns
 
 
 def reinforce_pp_baseline(
@@ -307,6 +331,7 @@ def reinforce_pp_baseline(
     *,
     singleton_baseline: str = "zero",
     whiten_degenerate: str = "zeros",
+    whiten_std_eps: float | None = None,
     uids: Sequence[object] | None = None,
 ) -> tuple[Rows, Rows]:
     """adv.reinforce_pp_baseline: score_i - group mean, broadcast, then batch-whitened.
@@ -326,6 +351,7 @@ def reinforce_pp_baseline(
         masks,
         degenerate=whiten_degenerate,
         clause="adv.reinforce_pp_baseline",
+        std_eps=whiten_std_eps,
     )
     return advantages, [list(row) for row in advantages]
 
@@ -547,6 +573,7 @@ def gdpo(
     std_ddof: int = 1,
     singleton: str = "mean0_std1",
     whiten_degenerate: str = "zeros",
+    whiten_std_eps: float | None = None,
     uids: Sequence[object] | None = None,
 ) -> tuple[Rows, Rows]:
     """adv.gdpo: each reward component is group-normalised as in GRPO, the components are
@@ -587,6 +614,10 @@ def gdpo(
         for i in range(len(masks))
     ]
     advantages = whiten(
-        broadcast(total, masks), masks, degenerate=whiten_degenerate, clause="adv.gdpo"
+        broadcast(total, masks),
+        masks,
+        degenerate=whiten_degenerate,
+        clause="adv.gdpo",
+        std_eps=whiten_std_eps,
     )
     return advantages, [list(row) for row in advantages]

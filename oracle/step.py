@@ -161,6 +161,7 @@ def advantages(
     uids = [s["uid"] for s in samples]
     name = cfg["estimator"]
     degenerate = choices.get("whiten_degenerate", "zeros")
+    std_eps = choices.get("whiten_std_eps")
     if name == "grpo":
         return adv_oracle.grpo(
             rewards,
@@ -178,12 +179,22 @@ def advantages(
         )
     if name == "reinforce_pp":
         adv, ret = adv_oracle.reinforce_pp(
-            rewards, masks, gamma=cfg["gamma"], whiten_degenerate=degenerate, uids=uids
+            rewards,
+            masks,
+            gamma=cfg["gamma"],
+            whiten_degenerate=degenerate,
+            whiten_std_eps=std_eps,
+            uids=uids,
         )
         return (adv if cfg["whiten_advantages"] else unwhitened(name, ret, samples)), ret
     if name == "reinforce_pp_baseline":
         return adv_oracle.reinforce_pp_baseline(
-            rewards, masks, groups, whiten_degenerate=degenerate, uids=uids
+            rewards,
+            masks,
+            groups,
+            whiten_degenerate=degenerate,
+            whiten_std_eps=std_eps,
+            uids=uids,
         )
     adv, ret = adv_oracle.gae(
         rewards,
@@ -194,6 +205,7 @@ def advantages(
         gamma=cfg["gamma"],
         lam=cfg["lam"],
         whiten_degenerate=degenerate,
+        whiten_std_eps=std_eps,
         uids=uids,
     )
     return (adv if cfg["whiten_advantages"] else unwhitened(name, ret, samples)), ret

@@ -55,6 +55,7 @@ class AdvantageOps:
             gamma=gamma,
             lam=lam,
             whiten_degenerate=self.profile.get("whiten_degenerate", "zeros"),
+            whiten_std_eps=self.profile.get("whiten_std_eps"),
             discount_at_holes=bool(self.profile.get("discount_at_holes", False)),
         )
         return _pair(result, token_level_rewards)
@@ -97,6 +98,7 @@ class AdvantageOps:
             binary_rows(response_mask),
             gamma=gamma,
             whiten_degenerate=self.profile.get("whiten_degenerate", "zeros"),
+            whiten_std_eps=self.profile.get("whiten_std_eps"),
             discount_at_holes=bool(self.profile.get("discount_at_holes", False)),
         )
         return _pair(result, token_level_rewards)
@@ -110,6 +112,7 @@ class AdvantageOps:
             _labels(index),
             singleton_baseline=self.profile.get("singleton_baseline", "zero"),
             whiten_degenerate=self.profile.get("whiten_degenerate", "zeros"),
+            whiten_std_eps=self.profile.get("whiten_std_eps"),
         )
         return _pair(result, token_level_rewards)
 
@@ -214,6 +217,7 @@ class AdvantageOps:
             std_ddof=self.profile.get("grpo_std_ddof", 1),
             singleton=self.profile.get("grpo_singleton", "mean0_std1"),
             whiten_degenerate=self.profile.get("whiten_degenerate", "zeros"),
+            whiten_std_eps=self.profile.get("whiten_std_eps"),
         )
         like = torch.empty(
             response_mask.shape, dtype=reward_components.dtype, device=response_mask.device

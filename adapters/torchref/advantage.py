@@ -114,8 +114,11 @@ def _group_normalized(
     return advantages
 
 
-def _whiten(x: torch.Tensor, actions: torch.Tensor, degenerate: str) -> torch.Tensor:
-    """(x - mean) / sqrt(var + 1e-8) over all action tokens; unbiased two-pass variance."""
+def _whiten(
+    x: torch.Tensor, actions: torch.Tensor, degenerate: str, std_eps: float | None = None
+) -> torch.Tensor:
+    """(x - mean) / sqrt(var + 1e-8) over all action tokens; unbiased two-pass variance.
+    ``std_eps`` (profile ``whiten_std_eps``): (x - mean) / (std + std_eps) instead."""
     n = int(actions.sum())
     if n <= 1:
         if degenerate == "raise":
@@ -127,7 +130,9 @@ def _whiten(x: torch.Tensor, actions: torch.Tensor, degenerate: str) -> torch.Te
     mean = x.sum() / n
     centred = _on_actions(x - mean, actions)
     var = (centred * centred).sum() / (n - 1)
-    return _on_actions(centred * torch.rsqrt(var + WHITEN_EPS), actions)
+    if std_eps is None:
+        return _on_actions(centred * torch.rsqrt(var + WHITEN_EPS), actions)
+    return _on_actions(centred / (torch.sqrt(var) + std_eps), actions)
 
 
 def _reverse_cumsum(x: torch.Tensor) -> torch.Tensor:
@@ -178,7 +183,7 @@ class AdvantageOps:
             following = torch.where(acting, torch.full_like(following, t), following)
         returns = _on_actions(raw + values, actions)
         degenerate = self.profile.get("whiten_degenerate", "zeros")
-        return _whiten(raw, actions, degenerate), returns
+        return _whiten(raw, actions, degenerate, self.profile.get("whiten_std_eps")), returns
 
     @torch.no_grad()
     def advantage_grpo(
@@ -238,7 +243,10 @@ class AdvantageOps:
             following = torch.where(actions[:, t], torch.full_like(following, t), following)
         returns = _on_actions(returns, actions)
         degenerate = self.profile.get("whiten_degenerate", "zeros")
-        return _whiten(returns, actions, degenerate), returns
+        return (
+            _whiten(returns, actions, degenerate, self.profile.get("whiten_std_eps")),
+            returns,
+        )
 
     @torch.no_grad()
     def advantage_reinforce_pp_baseline(
@@ -252,7 +260,12 @@ class AdvantageOps:
             scores, ids, n_groups, self.profile.get("singleton_baseline", "zero")
         )
         centred, _ = _outputs(scores - baseline, actions)
-        advantages = _whiten(centred, actions, self.profile.get("whiten_degenerate", "zeros"))
+        advantages = _whiten(
+            centred,
+            actions,
+            self.profile.get("whiten_degenerate", "zeros"),
+            self.profile.get("whiten_std_eps"),
+        )
         return advantages, advantages.clone()
 
     @torch.no_grad()
@@ -411,5 +424,10 @@ class AdvantageOps:
                 singleton=self.profile.get("grpo_singleton", "mean0_std1"),
             )
         broadcast, _ = _outputs(total, actions)
-        advantages = _whiten(broadcast, actions, self.profile.get("whiten_degenerate", "zeros"))
+        advantages = _whiten(
+            broadcast,
+            actions,
+            self.profile.get("whiten_degenerate", "zeros"),
+            self.profile.get("whiten_std_eps"),
+        )
         return advantages, advantages.clone()

@@ -38,6 +38,9 @@ Profile keys (``ctx.profile.get(key, contract default)``):
 - ``whiten_degenerate`` ("zeros" | "raise", verl): what batch whitening does when the batch
   has at most one action token (adv.gae, adv.reinforce_pp, adv.reinforce_pp_baseline,
   adv.gdpo). The contract default is zeros: centring removes the only value.
+- ``whiten_std_eps`` (None | float): None is the contract's (x - mean) / sqrt(var + 1e-8);
+  a float puts the stabiliser on the std, (x - mean) / (std + eps) (AReaL's
+  ``Normalization``, eps 1e-5): same estimators.
 
 Tolerance: each estimator's allowed error is ``k * eps(dtype) * scale`` (k = 4) on top of
 CONTRACT §4's atol/rtol, where ``scale`` is a first-order rounding-error bound (in units of eps)
@@ -306,15 +309,23 @@ def _group_normalized_error(
     return out
 
 
-def _whiten_error(x_rows: Rows, error_rows: Rows, masks: list[list[int]], out_rows: Rows) -> Rows:
-    """Bound on the error of (x - mean) / sqrt(var + 1e-8) given each x's own error."""
+def _whiten_error(
+    x_rows: Rows,
+    error_rows: Rows,
+    masks: list[list[int]],
+    out_rows: Rows,
+    std_eps: float | None = None,
+) -> Rows:
+    """Bound on the error of (x - mean) / sqrt(var + 1e-8) (or / (std + ``std_eps``), profile
+    ``whiten_std_eps``) given each x's own error."""
     xs = [x for row, mask in zip(x_rows, masks) for x, m in zip(row, mask) if m]
     errors = [e for row, mask in zip(error_rows, masks) for e, m in zip(row, mask) if m]
     n = len(xs)
     if n <= 1:
         return [[0.0] * len(mask) for mask in masks]
     mean = math.fsum(xs) / n
-    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1) + oracle.WHITEN_EPS)
+    var = math.fsum((x - mean) ** 2 for x in xs) / (n - 1)
+    std = math.sqrt(var + oracle.WHITEN_EPS) if std_eps is None else math.sqrt(var) + std_eps
     mean_error = _mean_error(xs, errors)
     worst_diff = max(e + mean_error + 0.5 * abs(x - mean) for x, e in zip(xs, errors))
     std_error = 1.5 * worst_diff + n * std
@@ -411,6 +422,7 @@ def _gae_expect(ctx: Any, case: dict[str, Any]) -> Expected:
         gamma=p["gamma"],
         lam=p["lam"],
         whiten_degenerate=degenerate,
+        whiten_std_eps=ctx.profile.get("whiten_std_eps"),
         discount_at_holes=at_holes,
     )
     raw = [
@@ -446,7 +458,10 @@ def _gae_expect(ctx: Any, case: dict[str, Any]) -> Expected:
         raw_error.append(errors)
         return_error.append(ret_errors)
     return Expected(
-        advantages, returns, _whiten_error(raw, raw_error, masks, advantages), return_error
+        advantages,
+        returns,
+        _whiten_error(raw, raw_error, masks, advantages, ctx.profile.get("whiten_std_eps")),
+        return_error,
     )
 
 
@@ -562,6 +577,7 @@ def _reinforce_pp_expect(ctx: Any, case: dict[str, Any]) -> Expected:
         masks,
         gamma=gamma,
         whiten_degenerate=ctx.profile.get("whiten_degenerate", "zeros"),
+        whiten_std_eps=ctx.profile.get("whiten_std_eps"),
         discount_at_holes=at_holes,
     )
     return_error = []
@@ -583,7 +599,10 @@ def _reinforce_pp_expect(ctx: Any, case: dict[str, Any]) -> Expected:
                 next_return, next_error, following = ret[t], errors[t], t
         return_error.append(errors)
     return Expected(
-        advantages, returns, _whiten_error(returns, return_error, masks, advantages), return_error
+        advantages,
+        returns,
+        _whiten_error(returns, return_error, masks, advantages, ctx.profile.get("whiten_std_eps")),
+        return_error,
     )
 
 
@@ -608,6 +627,7 @@ def _reinforce_pp_baseline_expect(ctx: Any, case: dict[str, Any]) -> Expected:
         labels,
         singleton_baseline=singleton,
         whiten_degenerate=ctx.profile.get("whiten_degenerate", "zeros"),
+        whiten_std_eps=ctx.profile.get("whiten_std_eps"),
     )
     scores, errors = _scores_and_errors(case)
     centred, centred_error = [0.0] * len(scores), [0.0] * len(scores)
@@ -623,7 +643,13 @@ def _reinforce_pp_baseline_expect(ctx: Any, case: dict[str, Any]) -> Expected:
             centred[i] = scores[i] - baseline
             centred_error[i] = errors[i] + mean_error + 0.5 * abs(centred[i])
     x_rows = oracle.broadcast(centred, masks)
-    scale = _whiten_error(x_rows, oracle.broadcast(centred_error, masks), masks, advantages)
+    scale = _whiten_error(
+        x_rows,
+        oracle.broadcast(centred_error, masks),
+        masks,
+        advantages,
+        ctx.profile.get("whiten_std_eps"),
+    )
     return Expected(advantages, [list(r) for r in advantages], scale, [list(r) for r in scale])
 
 
@@ -884,6 +910,7 @@ def _gdpo_expect(ctx: Any, case: dict[str, Any]) -> Expected:
         std_ddof=ddof,
         singleton=singleton,
         whiten_degenerate=ctx.profile.get("whiten_degenerate", "zeros"),
+        whiten_std_eps=ctx.profile.get("whiten_std_eps"),
     )
     n = len(components)
     total, total_error = [0.0] * n, [0.0] * n
@@ -911,7 +938,11 @@ def _gdpo_expect(ctx: Any, case: dict[str, Any]) -> Expected:
             total_error[i] += abs(weight) * (errors[i] + abs(normalized[i]))
     total_error = [e + len(p["weights"]) * abs(t) for e, t in zip(total_error, total)]
     scale = _whiten_error(
-        oracle.broadcast(total, masks), oracle.broadcast(total_error, masks), masks, advantages
+        oracle.broadcast(total, masks),
+        oracle.broadcast(total_error, masks),
+        masks,
+        advantages,
+        ctx.profile.get("whiten_std_eps"),
     )
     return Expected(advantages, [list(r) for r in advantages], scale, [list(r) for r in scale])
 
