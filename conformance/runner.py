@@ -260,7 +260,9 @@ class _Exploration(Observer):
                 return True
         together = self._explained_together(in_scope, failure.check, config, case_features)
         for index in together:
-            self._excuse(index, "features", failure, case_features)
+            self._excuse(
+                index, "model" if self.entries[index].model else "features", failure, case_features
+            )
         return bool(together)
 
     def _excuse(self, index: int, basis: str, failure: Any, case_features: frozenset) -> None:
@@ -272,16 +274,27 @@ class _Exploration(Observer):
         self, in_scope: list[int], check: str | None, config: str | None, case_features: frozenset
     ) -> list[int]:
         """A case that fails for two declared reasons (NaN at padding and a hole reward, each
-        its own entry) passes only without both: the entries whose features, taken out
-        together, make the case pass (none: not explained)."""
+        its own entry; or one entry's features and another's model) passes only without
+        both: the entries whose features, taken out together, make the case pass under the
+        modelled entries' profile values (none: not explained). Models that disagree on a
+        key explain nothing together."""
         featured = [i for i in in_scope if self.entries[i].features and not self.entries[i].model]
-        if len(featured) < 2 or self._case is None or check is None:
+        modelled = [i for i in in_scope if self.entries[i].model]
+        if len(featured) + len(modelled) < 2 or not featured or self._case is None:
             return []
+        if check is None:
+            return []
+        merged: dict[str, Any] = {}
+        for i in modelled:
+            for key, value in self.entries[i].model:
+                if merged.setdefault(key, value) != value:
+                    return []
         drop = set().union(*(set(self.entries[i].features) & case_features for i in featured))
         without = neutral.without(self._case, drop, self.clause.features)
-        if without is None or self._fails(without, check, config) is not False:
+        overrides = tuple(sorted(merged.items()))
+        if without is None or self._fails(without, check, config, overrides) is not False:
             return []
-        return featured
+        return featured + modelled
 
     def _explains(
         self, entry: Deviation, check: str | None, config: str | None, case_features: frozenset

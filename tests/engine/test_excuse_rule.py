@@ -117,3 +117,57 @@ def test_an_entry_with_the_wrong_model_does_not_excuse(torchref):
     target = with_overrides(torchref, advantage_grpo=grpo_ddof0)
     target.deviations = {"adv.grpo": [wrong]}
     assert _certify(target, get("adv.grpo")).status == "fail"
+
+
+NO_BOOTSTRAP = Deviation(
+    "truncated samples end with next value 0",
+    ("advantages", "returns"),
+    (),
+    model={"truncated_bootstrap": False},
+)
+
+
+def gae_terminates_all_and_reads_padding(
+    self, token_level_rewards, values, response_mask, gamma, lam, **kw
+):
+    """Two declared breaks at once: every sample treated as terminated (the model's
+    ``truncated_bootstrap = false``) and the NaN-at-padding leak (the features entry)."""
+    return gae_reads_padding(self, token_level_rewards, values, response_mask, gamma, lam)
+
+
+def gae_terminates_all_reads_padding_and_scales(
+    self, token_level_rewards, values, response_mask, gamma, lam, **kw
+):
+    adv, ret = gae_terminates_all_and_reads_padding(
+        self, token_level_rewards, values, response_mask, gamma, lam
+    )
+    return adv * 1.5, ret
+
+
+def test_a_features_entry_and_a_model_entry_explain_a_case_with_both_breaks_together(
+    torchref, only_nan_padding_cases
+):
+    target = with_overrides(torchref, advantage_gae=gae_terminates_all_and_reads_padding)
+    target.deviations = {"adv.gae": [NAN_PADDING, NO_BOOTSTRAP]}
+    result = _certify(target, only_nan_padding_cases)
+    assert result.status == "deviation", result.message
+    nan_entry, model_entry = result.deviations
+    assert model_entry.excused_by.get("model", 0) > 0
+    assert nan_entry.excused_by.get("features", 0) > 0
+
+
+def test_either_entry_alone_does_not_excuse_a_case_with_both_breaks(
+    torchref, only_nan_padding_cases
+):
+    target = with_overrides(torchref, advantage_gae=gae_terminates_all_and_reads_padding)
+    for alone in (NAN_PADDING, NO_BOOTSTRAP):
+        target.deviations = {"adv.gae": [alone]}
+        assert _certify(target, only_nan_padding_cases).status == "fail", alone
+
+
+def test_a_third_bug_beside_both_declared_breaks_is_a_new_failure(torchref, only_nan_padding_cases):
+    target = with_overrides(torchref, advantage_gae=gae_terminates_all_reads_padding_and_scales)
+    target.deviations = {"adv.gae": [NAN_PADDING, NO_BOOTSTRAP]}
+    result = _certify(target, only_nan_padding_cases)
+    assert result.status == "fail", result.message
+    assert result.check == "advantages"
