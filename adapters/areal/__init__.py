@@ -4,7 +4,8 @@ AReaL's own postprocess functions, on the paths its PPO trainer runs.
 ``rlconform certify areal`` (``pip install --no-deps areal==1.0.4 && pip install -e
 '.[areal]'``) or ``--framework-path /path/to/checkout`` (a fork). Supported releases are in
 ``releases.py``; any other exits 2 naming them. What is bound: the KL estimator, GRPO
-advantages through ``PPOActor._compute_advantages``, the actor loss through
+and GAE advantages through ``PPOActor._compute_advantages`` (GAE with a critic's values and
+batch whitening, ``advantage.py``), the actor loss through
 ``grpo_loss_fn`` (PPO clip, dual clip, sequence-level IS), the critic's loss
 (``manifest.BINDINGS``) and the training step (``step.py``: ``compute_advantages``,
 ``ppo_update`` and the engine's ``train_batch`` with its loss weighting, under the
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlconform.adapters.areal.advantage import AdvantageBindings
+from rlconform.adapters.areal.advantage import GaeBindings
 from rlconform.adapters.areal.kl import KLBindings
 from rlconform.adapters.areal.loss import LossBindings
 from rlconform.adapters.areal.manifest import BINDINGS, PROFILE, load_deviations
@@ -25,7 +26,7 @@ from rlconform.adapters.areal.step import StepOps
 from rlconform.adapters.base import Target
 
 
-class ArealTarget(KLBindings, AdvantageBindings, LossBindings, StepOps, Target):
+class ArealTarget(KLBindings, GaeBindings, LossBindings, StepOps, Target):
     """AReaL, bound operation by operation."""
 
     name = "areal"

@@ -1,4 +1,4 @@
-"""AReaL binding of `adv.grpo`: ``PPOActor._compute_advantages`` under a GRPO config.
+"""AReaL bindings of `adv.grpo` and `adv.gae`: ``PPOActor._compute_advantages``.
 
 AReaL has no separate GRPO estimator: its GRPO is ``reward_norm`` with group-level mean and
 std (``Normalization``, groups of ``group_size`` consecutive samples) followed by
@@ -8,6 +8,16 @@ prediction of the last token) back over the loss-mask tokens. The binding runs
 ``_compute_advantages`` itself on the padded rollout batch (``layout.Padded``), with
 ``kl_ctl = 0`` (the KL reward is bound on its own), no reward bias / scaling change, the
 default ``reward_clip`` (20), and ``adv_norm`` off.
+
+`adv.gae` is the same function with a critic's ``values`` in the batch (the PPO trainer's
+``critic.compute_values`` writes them, column t the value of the state after token t, i.e.
+rolled coordinates), ``discount`` = gamma, ``gae_lambda`` = lambda, and ``adv_norm`` =
+``NormConfig()`` (batch mean and unbiased batch std: the whitening the clause asks for).
+AReaL's value after a sample's last token is ``values[:, W - 1]`` for a row whose sequence
+fills the padded width W (``seq_no_eos_mask``: AReaL's test for "truncated") and 0 for
+every other row; the binding writes the critic's value at the position after each
+sample's last token (the case's bootstrap value, 0 when the case gives none) and lets
+AReaL decide which rows use it.
 
 The trainer feeds groups of ``n_samples`` consecutive samples: rows are reordered so each
 group's rows are adjacent (outputs come back in row order); unequal group sizes cannot be
@@ -108,3 +118,55 @@ class AdvantageBindings:
         for position, row in enumerate(order):
             back[row] = position
         return advantages[back], returns[back]
+
+
+def _gae_values(
+    padded: Padded, values: torch.Tensor, bootstrap_value: torch.Tensor | None
+) -> torch.Tensor:
+    """The critic's values in rolled coordinates: response token j at column j, the value
+    after the last token (``bootstrap_value``, else 0) at column L_i, 0 beyond."""
+    out = padded.rolled(values.detach().to(torch.float32))
+    if bootstrap_value is not None:
+        for i, n in enumerate(padded.lengths):
+            out[i, n] = float(bootstrap_value[i])
+    return out
+
+
+class GaeBindings(AdvantageBindings):
+    @torch.no_grad()
+    def advantage_gae(
+        self,
+        token_level_rewards: torch.Tensor,
+        values: torch.Tensor,
+        response_mask: torch.Tensor,
+        gamma: float,
+        lam: float,
+        bootstrap_value: torch.Tensor | None = None,
+        terminated: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """adv.gae: ``_compute_advantages`` with the critic's ``values``, ``discount`` =
+        gamma, ``gae_lambda`` = lam, ``adv_norm`` = NormConfig() (batch whitening), no
+        reward normalisation, ``kl_ctl`` = 0. ``terminated`` is not an input AReaL has: it
+        infers "truncated" from a sequence filling the padded width."""
+        batch, columns = response_mask.shape
+        if batch == 0:
+            raise Inexpressible("an empty batch: AReaL's batched_call needs a trajectory")
+        scores = _outcome(token_level_rewards, response_mask)
+        actor = self._ppo_actor(
+            reward_norm=None,
+            adv_norm=self.runtime.cli_args.NormConfig(),
+            kl_ctl=0.0,
+            discount=float(gamma),
+            gae_lambda=float(lam),
+        )
+        padded = Padded.of(response_mask)
+        data = {
+            "input_ids": torch.ones((batch, padded.width), dtype=torch.long),
+            "attention_mask": padded.attention_mask,
+            "loss_mask": padded.loss_mask,
+            "logprobs": torch.zeros((batch, padded.width), dtype=torch.float32),
+            "values": _gae_values(padded, values, bootstrap_value),
+            "rewards": scores,
+        }
+        out = actor._compute_advantages(data)
+        return padded.response(out["advantages"], columns), padded.response(out["returns"], columns)

@@ -22,6 +22,9 @@ PROFILE = Profile(
     kl_ref_clamp=None,
     k3_value_clamp=10.0,
     extra={
+        # adv.gae (adv_norm = NormConfig()): Normalization divides by std + eps (eps 1e-5)
+        "whiten_std_eps": 1e-5,
+        # adv.gae: the GAE loop bootstraps from values[:, W - 1] (truncated_bootstrap True)
         # loss.value_clip: _mse_loss is 0.5 * (v - R)^2
         "value_loss_scale": 0.5,
         # loss.gspo: the sequence log-ratio is not clamped
@@ -44,6 +47,14 @@ BINDINGS: dict[str, dict[str, object]] = {
         ],
         "path": "PPOActor.compute_advantages (reward_norm group mean/std; GAE with "
         "discount = gae_lambda = 1, no critic)",
+    },
+    "advantage_gae": {
+        "functions": [
+            f"{_ACTOR}.PPOActor._compute_advantages",
+            "areal.utils.data.Normalization",
+        ],
+        "path": "PPOActor.compute_advantages with the critic's values (PPOCritic."
+        "compute_values), discount, gae_lambda, adv_norm NormConfig() (batch whitening)",
     },
     "ppo_clip_loss": {
         "functions": [

@@ -83,3 +83,50 @@ def test_unequal_groups_are_inexpressible(areal):
             torch.ones(3, 1, dtype=torch.int64),
             ["a", "a", "b"],
         )
+
+
+def test_gae_bootstraps_the_row_that_fills_the_width_not_the_truncated_one(areal):
+    """The published adv.gae finding, on the raw ``_compute_advantages``: AReaL takes
+    "truncated" to be a sequence filling the padded width (``seq_no_eos_mask``)."""
+    from rlconform.oracle.advantage import gae
+
+    # width 3: one prompt token, then row 0 has one response token (truncated: the critic
+    # values the state after it at 1.0), row 1 two (ended with EOS, reward 1; the critic's
+    # value after its last token, 0.7, must not be used)
+    cli, actor_module = areal.runtime.cli_args, areal.runtime.actor
+    config = cli.PPOActorConfig(
+        experiment_name="rlconform",
+        trial_name="rlconform",
+        reward_norm=None,
+        adv_norm=None,
+        kl_ctl=0.0,
+        discount=1.0,
+        gae_lambda=1.0,
+    )
+    actor = actor_module.PPOActor(config, engine=None)
+    data = {
+        "input_ids": torch.ones((2, 3), dtype=torch.long),
+        "attention_mask": torch.tensor([[True, True, False], [True, True, True]]),
+        "loss_mask": torch.tensor([[0, 1, 0], [0, 1, 1]]),
+        "logprobs": torch.zeros((2, 3)),
+        "values": torch.tensor([[0.5, 1.0, 0.0], [0.2, 0.3, 0.7]]),  # rolled columns
+        "rewards": torch.tensor([0.0, 1.0]),
+    }
+    out = actor._compute_advantages(data)
+    assert out["advantages"][0, 0].item() == pytest.approx(-0.5, rel=1e-6)  # 0 + 0 - 0.5
+    assert out["advantages"][1, :2].tolist() == pytest.approx([1.5, 1.4], rel=1e-6)
+    assert out["returns"][0, 0].item() == pytest.approx(0.0, abs=1e-6)  # A + V
+    assert out["returns"][1, :2].tolist() == pytest.approx([1.7, 1.7], rel=1e-6)
+
+    # the contract: row 0 bootstraps from 1.0 (A = 0.5), row 1 stops at its EOS (A = 0.8,
+    # 0.7), so every return is 1.0 (returns = A + V, before whitening)
+    _, returns = gae(
+        [[0.0], [0.0, 1.0]],
+        [[0.5], [0.2, 0.3]],
+        [[1], [1, 1]],
+        [False, True],
+        [1.0, 0.7],
+        gamma=1.0,
+        lam=1.0,
+    )
+    assert returns == [pytest.approx([1.0]), pytest.approx([1.0, 1.0])]

@@ -126,6 +126,42 @@ PLANTS = {
             "params": {"norm_by_std": True},
         },
     ),
+    "adv.gae: lambda left out of the trace": (
+        "adv.gae",
+        lambda mp: mutate(
+            mp,
+            "areal.trainer.ppo.actor",
+            "PPOActor",
+            "_compute_advantages",
+            "newgaelam = delta + self.discount * self.gae_lambda * lastgaelam",
+            "newgaelam = delta + self.discount * lastgaelam",
+        ),
+        {
+            # every sample ended with EOS and has no tool token (where AReaL and the
+            # contract agree); each score on its last action token
+            "samples": [
+                {
+                    "uid": "s0",
+                    "mask": [1, 1, 1],
+                    "rewards": [0.0, 0.0, 1.0],
+                    "values": [0.5, 0.25, 0.75],
+                    "terminated": True,
+                    "bootstrap": 0.0,
+                },
+                {
+                    "uid": "s1",
+                    "mask": [1, 1],
+                    "rewards": [0.0, -0.5],
+                    "values": [0.1, 0.2],
+                    "terminated": True,
+                    "bootstrap": 0.0,
+                },
+            ],
+            "pad_value": 0.0,
+            "extra_pad": 1,
+            "params": {"gamma": 0.9, "lam": 0.95, "bootstrap": False},
+        },
+    ),
     "loss.ppo_clip: the pessimistic max turned into a min": (
         "loss.ppo_clip",
         lambda mp: mutate(
