@@ -19,6 +19,7 @@ pytestmark = needs_areal
 
 BASELINED = (
     "kl.estimators",
+    "adv.gae",
     "adv.invariants",
     "loss.dual_clip",
     "loss.gspo",
