@@ -70,6 +70,19 @@ def _group_order(index: Sequence[Any], batch: int) -> tuple[list[int], int]:
     return order, (sizes.pop() if sizes else 1)
 
 
+def _rollout_batch(padded: Padded, **fields: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The padded rollout batch ``_compute_advantages`` reads (token ids and log-probs are
+    placeholders it does not use with ``kl_ctl = 0``), plus ``fields``."""
+    batch = len(padded.lengths)
+    return {
+        "input_ids": torch.ones((batch, padded.width), dtype=torch.long),
+        "attention_mask": padded.attention_mask,
+        "loss_mask": padded.loss_mask,
+        "logprobs": torch.zeros((batch, padded.width), dtype=torch.float32),
+        **fields,
+    }
+
+
 class AdvantageBindings:
     runtime: Any
 
@@ -104,14 +117,7 @@ class AdvantageBindings:
         )
         mask = response_mask[order]
         padded = Padded.of(mask)
-        data = {
-            "input_ids": torch.ones((batch, padded.width), dtype=torch.long),
-            "attention_mask": padded.attention_mask,
-            "loss_mask": padded.loss_mask,
-            "logprobs": torch.zeros((batch, padded.width), dtype=torch.float32),
-            "rewards": scores[order],
-        }
-        out = actor._compute_advantages(data)
+        out = actor._compute_advantages(_rollout_batch(padded, rewards=scores[order]))
         advantages = padded.response(out["advantages"], columns)
         returns = padded.response(out["returns"], columns)
         back = [0] * batch
@@ -160,13 +166,8 @@ class GaeBindings(AdvantageBindings):
             gae_lambda=float(lam),
         )
         padded = Padded.of(response_mask)
-        data = {
-            "input_ids": torch.ones((batch, padded.width), dtype=torch.long),
-            "attention_mask": padded.attention_mask,
-            "loss_mask": padded.loss_mask,
-            "logprobs": torch.zeros((batch, padded.width), dtype=torch.float32),
-            "values": _gae_values(padded, values, bootstrap_value),
-            "rewards": scores,
-        }
+        data = _rollout_batch(
+            padded, values=_gae_values(padded, values, bootstrap_value), rewards=scores
+        )
         out = actor._compute_advantages(data)
         return padded.response(out["advantages"], columns), padded.response(out["returns"], columns)
