@@ -103,8 +103,12 @@ class Deviation:
     ``model`` (profile key -> value) says what the framework does instead: a covered failure
     is excused only when the same check passes on the same case with the profile so
     overridden (``conformance/baseline.py``). ``fingerprint`` pins an entry without
-    features or model to what the target returned on its minimal case. ``covers`` is the scope test; the runner then
-    asks the entry's features (or model) to explain the failing case.
+    features or model to what the target returned on its minimal case. ``composition``
+    (step clauses) says the break is in how the trainer composes its operations (a score
+    placed where the next stage drops it): no operation's own clause shows it, so a step case
+    it covers is not evidence of any operation's finding (``conformance/consequence.py``).
+    ``covers`` is the scope test; the runner then asks the entry's features (or model) to
+    explain the failing case.
     """
 
     rationale: str
@@ -115,6 +119,7 @@ class Deviation:
     model: tuple[tuple[str, Any], ...] = ()
     # (case as JSON text, digest of the target's outputs on it): conformance/fingerprint.py
     fingerprint: tuple[str, str] | tuple[()] = ()
+    composition: bool = False
 
     def __post_init__(self, scope: tuple[str, ...] | None) -> None:
         object.__setattr__(self, "checks", tuple(self.checks))

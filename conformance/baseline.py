@@ -16,6 +16,8 @@ A baseline file::
     configs = ["dr_grpo"]                     # optional (step clauses): only under these
                                               # trainer configs; absent = under any
     model = { grpo_std_ddof = 0 }             # optional: profile values that explain it
+    composition = true                        # optional (step clauses): a break between
+                                              # operations, not of one (see below)
 
 What an entry excuses. An entry is in scope for a failure of one of its checks (under one
 of its ``configs``) on a case that has at least one of its features. In scope is not
@@ -38,6 +40,12 @@ still fails.
   it differently the clause fails, naming the entry (a second bug in the same code shows
   there, or a fix: review the entry). The report counts how each entry excused its
   failures (``excused_by``: ``model``, ``features``, ``presence``).
+
+``composition = true`` marks a step entry whose break is in how the trainer composes its
+operations (a score placed at a token the next stage carries nothing from): no operation's
+own clause can show it. A step case it covers then says nothing about an operation's
+finding when that finding's consequence is measured (``conformance/consequence.py``): the
+divergence is this entry's, not the operation's.
 
 Semantics are those of ``adapters.base.Deviation``: an entry must still be observed (a
 stale entry fails, named), and a failure it does not cover is a new break. ``load``
@@ -71,6 +79,7 @@ _ENTRY_KEYS = {
     "configs",
     "model",
     "fingerprint",
+    "composition",
 }
 _TOP_KEYS = {"format", "target", "version", "deviation", "note"}
 
@@ -141,6 +150,14 @@ def parse(data: Mapping[str, Any], source: str) -> Entries:
         configs = _strings(item.get("configs", []), f"{where}: configs")
         model = _model(item.get("model"), where)
         pin = _fingerprint(item.get("fingerprint"), where)
+        composition = item.get("composition", False)
+        if not isinstance(composition, bool):
+            raise SetupError(f"{where}: 'composition' must be true or false")
+        if composition and not clause_id.startswith("step."):
+            raise SetupError(
+                f"{where}: 'composition' marks a break between operations: only a step "
+                "clause's entry can have it"
+            )
         entry = Deviation(
             " ".join(rationale.split()),
             tuple(checks),
@@ -148,6 +165,7 @@ def parse(data: Mapping[str, Any], source: str) -> Entries:
             configs=tuple(configs),
             model=model,
             fingerprint=pin,
+            composition=composition,
         )
         known = entries.setdefault(clause_id, [])
         if entry not in known:
@@ -258,6 +276,8 @@ def render(
         if row.get("fingerprint"):
             case, digest = row["fingerprint"]
             lines.append(f"fingerprint = {{ case = {_string(case)}, digest = {_string(digest)} }}")
+        if row.get("composition"):
+            lines.append("composition = true")
         if row.get("severity"):
             lines.append(f"severity = {_string(row['severity'])}")
         if row.get("observed"):

@@ -17,7 +17,9 @@ entry a consequence and the trainer configs under which it has it:
   (a finding about one aggregation mode: under the configs that aggregate with it).
   A case whose first diverging stage is one of this operation's stages -> ``update`` under
   that config; every such case passing under every config that runs the operation ->
-  ``contained`` (the trainer masks the wrong values away before any loss).
+  ``contained`` (the trainer masks the wrong values away before any loss). A case whose
+  failure a declared ``composition`` entry of the step covers (a break between operations,
+  baseline.py) is that entry's: it is passed over, never credited to an operation.
 - ``None`` where it cannot be established, with the reason in ``consequence_basis``: a
   target without a step binding (no trainer configs), cases the step cannot carry, or a
   step that diverges at an earlier stage of another operation first.
@@ -184,6 +186,7 @@ def _step_outcome(
     stages: frozenset[str] | None = None,
     examples: int | None = None,
     excluded: frozenset[str] = frozenset(),
+    composed: list[int] | None = None,
 ) -> tuple[str | None, int]:
     """Search a step clause under one config: (first diverging check or None, cases passed).
     With ``stages``, a case that diverges first at another stage is passed over (its stage
@@ -191,10 +194,13 @@ def _step_outcome(
     feature outside ``domain``, is passed over too when ``excluded`` is given (the ordinary
     cases of ``_ordinary_divergence``). A case whose loss differs while its
     gradient is the contract's does not stop the search: ``VALUE_ONLY`` when no case
-    diverges further."""
+    diverges further. With ``stages`` (an operation's finding is measured), a case whose
+    failure a declared composition entry of the clause covers is passed over too: that
+    divergence is the composition break's (``composed[0]`` counts them)."""
     examples = _EXAMPLES.get() if examples is None else examples
     from rlconform.conformance.clauses import step as step_clauses
     from rlconform.conformance.registry import get
+    from rlconform.conformance.runner import declared_entries
 
     clause = get(clause_id)
     one_config = _check_under(clause_id)
@@ -202,6 +208,12 @@ def _step_outcome(
     passed = [0]
     elsewhere: set[str] = set()
     value_only: set[str] = set()
+    composition = (
+        [e for e in declared_entries(target, clause_id) if e.composition]
+        if stages is not None
+        else []
+    )
+    composed = [0] if composed is None else composed
 
     def check_under(ctx: Any, case: Any, config: Any) -> None:
         """The one-config check; a loss that differs with the contract's gradient at one of
@@ -216,6 +228,10 @@ def _step_outcome(
         try:
             one_config(ctx, case, config)
         except ClauseMismatch as failure:
+            carried = clause.features(case)
+            if any(e.covers(failure.check, carried, config.name) for e in composition):
+                composed[0] += 1
+                raise step_clauses.RefusedByProfile("a declared composition break's") from None
             if not loss_value_only(failure, bool(required & NONFINITE_INPUTS)) or (
                 stages is not None and failure.check not in stages
             ):
@@ -364,8 +380,11 @@ def measured(
             return "state", failing, "step.state fails: the carried state diverges"
     updated, contained, logged, elsewhere = [], [], [], []
     own = frozenset(s for s, stage_ops in STAGE_OPS.items() if ops & set(stage_ops))
+    composed = [0]
     for config in running:
-        stage, passed = _step_outcome(target, config, domain, cause, device, seed, stages=own)
+        stage, passed = _step_outcome(
+            target, config, domain, cause, device, seed, stages=own, composed=composed
+        )
         if stage is not None and stage in own and cause:
             ordinary = _ordinary_divergence(target, config, own, cause, device, seed)
             if ordinary == stage:
@@ -381,6 +400,11 @@ def measured(
             elsewhere.append((config.name, f"only {passed} such cases ran, all passing"))
         else:
             elsewhere.append((config.name, stage))
+    if composed[0]:
+        note += (
+            f" ({composed[0]} step cases a declared composition break of the trainer explains "
+            "passed over: their divergence is that break's)"
+        )
     if updated:
         stages = ", ".join(sorted({s for _, s in updated}))
         return "update", [n for n, _ in updated], f"step.update diverges at {stages}{note}"
@@ -408,7 +432,8 @@ def measured(
         return (
             None,
             [],
-            f"undetermined: the step diverges first elsewhere or has no such case ({where}){also}",
+            f"undetermined: the step diverges first elsewhere or has no such case ({where}){also}"
+            + note,
         )
     return None, [], "undetermined: no step case with the finding's features"
 

@@ -44,6 +44,8 @@ class DeviationResult:
     # passes), "model" (it passes with the entry's profile values), "presence" (structural)
     excused_by: dict[str, int] = dataclasses.field(default_factory=dict)
     declared_model: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # a step entry's break between operations (baseline ``composition``)
+    declared_composition: bool = False
 
     @property
     def summary(self) -> str:
@@ -71,6 +73,7 @@ class DeviationResult:
             "excused_by": dict(self.excused_by),
             "model": dict(self.declared_model),
             "declared_configs": list(self.declared_configs),
+            "composition": self.declared_composition,
         }
 
 

@@ -176,6 +176,29 @@ def test_an_entry_may_be_scoped_by_trainer_config(tmp_path):
     )
 
 
+def test_a_step_entry_may_be_a_composition_break(tmp_path):
+    """``composition = true`` (a break between operations) loads, renders and round-trips;
+    it is a bool, and only a step clause's entry may carry it."""
+    step = _VALID.replace('clause = "reward.place_last"', 'clause = "step.update"').replace(
+        'checks = ["padding_zero"]', 'checks = ["advantages"]'
+    )
+    (entry,) = baseline.load(_write(tmp_path, step + "composition = true\n"))["step.update"]
+    assert entry.composition
+    (plain,) = baseline.load(_write(tmp_path, step, "plain.toml"))["step.update"]
+    assert not plain.composition
+    row = {"clause": "step.update", "checks": ["advantages"], "rationale": "r"}
+    rendered = baseline.render({"name": "x", "version": "1"}, [{**row, "composition": True}])
+    assert "composition = true" in rendered
+    assert baseline.parse(tomllib_loads(rendered), "rendered")["step.update"][0].composition
+    assert "composition" not in baseline.render({"name": "x", "version": "1"}, [row])
+    for text, message in (
+        (step + 'composition = "yes"\n', "'composition' must be true or false"),
+        (_VALID + "composition = true\n", "only a step clause's entry"),
+    ):
+        with pytest.raises(SetupError, match=message):
+            baseline.load(_write(tmp_path, text, "bad.toml"))
+
+
 def tomllib_loads(text):
     import tomllib
 

@@ -223,3 +223,15 @@ def nan_loss_and_gradient_at_padding(orig, batch, config, state=None):
             leaf.grad = torch.zeros_like(leaf)
         leaf.grad.fill_(float("nan"))
     return output
+
+
+def advantages_lost_on_rows_with_a_hole(orig, batch, config, state=None):
+    """A break between operations: every sample with a tool token (a loss-mask hole) reports
+    advantage 0 at the stage ``advantages`` (its score placed where the estimator carries
+    nothing from), whatever each operation does on its own."""
+    output = orig.train_step(batch, config, state)
+    holes = (batch.response_mask.bool() & ~batch.loss_mask.bool()).any(dim=1, keepdim=True)
+    if "advantages" in output.stages:
+        adv = output.stages["advantages"]
+        output.stages["advantages"] = torch.where(holes, torch.zeros_like(adv), adv)
+    return output

@@ -472,3 +472,37 @@ def test_an_entry_observed_failing_a_gradient_check_is_an_update(monkeypatch, ch
     assert (kind, names) == (consequence, ["default"]), basis
     if consequence == "update":
         assert "observed failing gradient_off_actions" in basis
+
+
+@pytest.mark.parametrize("composition", [False, True])
+def test_a_declared_composition_break_is_not_credited_to_an_operation(composition):
+    """AReaL's case: an operation's off-action values are masked downstream (contained), and
+    a separate, declared break between operations makes every step case with a tool token
+    diverge at the same stage. Without ``composition`` the harness credits that divergence
+    to the operation ("update"); with it those cases are passed over and the operation's
+    finding is judged on the rest."""
+    from rlconform.adapters.base import Deviation
+
+    target = m.mutant(
+        "off-actions-and-composition",
+        advantage_grpo=m.grpo_padding,
+        train_step=m.advantages_lost_on_rows_with_a_hole,
+    )
+    target.deviations = {
+        "step.update": [
+            Deviation(
+                "a sample with a tool token loses its advantages",
+                ("advantages",),
+                ("mask_holes",),
+                composition=composition,
+            )
+        ]
+    }
+    report = certify(target, select("adv.invariants"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert result.status == "fail", result.message
+    if composition:
+        assert result.consequence != "update", result.consequence_basis
+        assert "composition break" in result.consequence_basis
+    else:
+        assert result.consequence == "update", result.consequence_basis
