@@ -6,11 +6,13 @@ AReaL's own postprocess functions, on the paths its PPO trainer runs.
 ``releases.py``; any other exits 2 naming them. What is bound: the KL estimator, GRPO
 and GAE advantages through ``PPOActor._compute_advantages`` (GAE with a critic's values and
 batch whitening, ``advantage.py``), the actor loss through
-``grpo_loss_fn`` (PPO clip, dual clip, sequence-level IS), the critic's loss
+``grpo_loss_fn`` (PPO clip, dual clip, sequence-level IS), the decoupled loss's rejection
+sampling (``offpolicy.py``: its importance weights, token and sequence level, clamp and
+mask), the critic's loss
 (``manifest.BINDINGS``) and the training step (``step.py``: ``compute_advantages``,
 ``ppo_update`` and the engine's ``train_batch`` with its loss weighting, under the
 ``PPOActorConfig`` configs it declares). Not bound yet: GAE with a critic in the step,
-SAPO / M2PO / rejection sampling, the logged statistics (``step.metrics`` skips).
+SAPO / M2PO, rejection sampling in the step, the logged statistics (``step.metrics`` skips).
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from rlconform.adapters.areal.advantage import GaeBindings
 from rlconform.adapters.areal.kl import KLBindings
 from rlconform.adapters.areal.loss import LossBindings
 from rlconform.adapters.areal.manifest import BINDINGS, PROFILE, load_deviations
+from rlconform.adapters.areal.offpolicy import OffpolicyBindings
 from rlconform.adapters.areal.runtime import ArealRuntime, load_runtime
 from rlconform.adapters.areal.step import StepOps
 from rlconform.adapters.base import Target
 
 
-class ArealTarget(KLBindings, GaeBindings, LossBindings, StepOps, Target):
+class ArealTarget(KLBindings, GaeBindings, LossBindings, OffpolicyBindings, StepOps, Target):
     """AReaL, bound operation by operation."""
 
     name = "areal"

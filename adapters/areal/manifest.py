@@ -29,6 +29,9 @@ PROFILE = Profile(
         "value_loss_scale": 0.5,
         # loss.gspo: the sequence log-ratio is not clamped
         "gspo_log_ratio_max": None,
+        # offpolicy.is_correction: RejectionSamplingConfig's sequence level with the ratio
+        # metric aggregates in log space with agg "mean" (its default): the geometric mean
+        "is_sequence_log_ratio": "mean",
     },
 )
 
@@ -69,6 +72,22 @@ BINDINGS: dict[str, dict[str, object]] = {
             "areal.utils.functional.functional.ppo_actor_loss_fn",
         ],
         "path": f"{_UPDATE}, importance_sampling_level sequence",
+    },
+    **{
+        op: {
+            "functions": [
+                f"{_ACTOR}.grpo_loss_fn",
+                "areal.utils.functional.functional.ppo_actor_loss_fn",
+                "areal.utils.functional.functional.apply_rejection_sampling",
+            ],
+            "path": f"{_UPDATE}, use_decoupled_loss=True, rejection_sampling="
+            f"RejectionSamplingConfig({config}) (the loss's behave_imp_weight)",
+        }
+        for op, config in (
+            ("tis_weights", "level='token', action='clamp'"),
+            ("icepop_weights", "level='token', action='mask'"),
+            ("is_correction_weights", "level=token|sequence, action=clamp|mask, agg='mean'"),
+        )
     },
     "value_loss": {
         "functions": [

@@ -257,9 +257,23 @@ def standin_engine(runtime: Any, config: Any, leaves: _Leaves, losses: list[floa
 # --- the step ---------------------------------------------------------------------------
 
 
+# operations AReaL's trainer runs under options no step config covers (their findings are
+# unmeasured, not unreached: conformance.consequence.unbound)
+STEP_UNBOUND_OPS = {
+    "advantage_gae": "a critic (PPOCritic.compute_values; no critic in the step yet)",
+    "value_loss": "a critic (PPOCritic.ppo_update; no critic in the step yet)",
+    "gspo_loss": "importance_sampling_level='sequence' (no step config binds it yet)",
+    **{
+        op: "use_decoupled_loss=True with rejection_sampling (no step config binds it yet)"
+        for op in ("tis_weights", "icepop_weights", "is_correction_weights")
+    },
+}
+
+
 class StepOps:
     """The `step` operation of AReaL's PPO trainer (module docstring)."""
 
+    step_unbound_ops = STEP_UNBOUND_OPS
     runtime: Any
     version: str
     step_logs_metrics = False  # stats_tracker's export is not bound yet
@@ -287,6 +301,9 @@ class StepOps:
                         source=f"areal {self.version} PPOActorConfig()"
                         + (" with fields" if fields else "")
                         + ", a reference model configured",
+                        # the KL reward is -kl_ctl * KLEstimator(old, ref): the estimator
+                        # the kl_penalty binding calls (PPOActor.__init__ builds it)
+                        extra_ops=("kl_penalty",) if config.kl_ctl != 0.0 else (),
                     )
                 )
             self.__dict__["_areal_trainer_configs"] = cached

@@ -130,3 +130,43 @@ def test_gae_bootstraps_the_row_that_fills_the_width_not_the_truncated_one(areal
         lam=1.0,
     )
     assert returns == [pytest.approx([1.0]), pytest.approx([1.0, 1.0])]
+
+
+def _ratios():
+    # log-ratios old - rollout: 0.2 and 0.4 on row 0, 0.1 and -0.1 on row 1; column 2 padding
+    old = torch.tensor([[-1.0, -1.0, 0.0], [-1.0, -1.0, 0.0]])
+    rollout = torch.tensor([[-1.2, -1.4, float("nan")], [-1.1, -0.9, float("nan")]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]])
+    return old, rollout, mask
+
+
+def test_rejection_sampling_token_and_sequence_weights_by_hand(areal):
+    """AReaL's behave_imp_weight (use_decoupled_loss with rejection_sampling) on the
+    contract's modes, against values worked out by hand: token truncate clamps e^0.4 = 1.49
+    to 1.3; the sequence modes use the geometric mean, e^0.3 = 1.35 for row 0 (outside a band
+    up to 1.3: masked, or clamped to 1.3) and e^0 = 1 for row 1."""
+    old, rollout, mask = _ratios()
+    e2, e1, em1 = math.exp(0.2), math.exp(0.1), math.exp(-0.1)
+    cases = {
+        "token_truncate": [[e2, 1.3, 0.0], [e1, em1, 0.0]],
+        "token_mask": [[e2, 0.0, 0.0], [e1, em1, 0.0]],
+        "sequence_truncate": [[1.3, 1.3, 0.0], [1.0, 1.0, 0.0]],
+        "sequence_mask": [[0.0, 0.0, 0.0], [1.0, 1.0, 0.0]],
+    }
+    for mode, expected in cases.items():
+        weights = areal.is_correction_weights(old, rollout, mask, mode=mode, clip_max=1.3)
+        assert torch.allclose(weights, torch.tensor(expected), atol=1e-6), (mode, weights)
+    tis = areal.tis_weights(old, rollout, mask, clip_low=0.0, clip_high=1.3)
+    assert torch.allclose(tis, torch.tensor(cases["token_truncate"]), atol=1e-6)
+    icepop = areal.icepop_weights(old, rollout, mask, clip_low=0.95, clip_high=1.3)
+    assert torch.allclose(icepop, torch.tensor([[e2, 0.0, 0.0], [e1, 0.0, 0.0]]), atol=1e-6)
+
+
+def test_a_band_rejection_sampling_refuses_is_inexpressible(areal):
+    from rlconform.adapters.base import Inexpressible
+
+    old, rollout, mask = _ratios()
+    with pytest.raises(Inexpressible, match="upper bound"):
+        areal.icepop_weights(old, rollout, mask, clip_low=1.0, clip_high=1.0)
+    with pytest.raises(Inexpressible, match="needs an upper bound"):
+        areal.is_correction_weights(old, rollout, mask, mode="token_mask", clip_max=None)

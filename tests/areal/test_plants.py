@@ -77,6 +77,19 @@ def _loss_case(adv_s0=(1.0, -1.0), **params):
     }
 
 
+def _ratio_case(**params):
+    # log-ratios old - rollout: 0.2 and 0.4 on s0 (ratios 1.22, 1.49), 0.1 and -0.1 on s1
+    return {
+        **params,
+        "samples": [
+            {"uid": "s0", "mask": [1, 1], "old": [-1.0, -1.0], "rollout": [-1.2, -1.4]},
+            {"uid": "s1", "mask": [1, 1], "old": [-1.0, -1.0], "rollout": [-1.1, -0.9]},
+        ],
+        "pad_value": 0.0,
+        "extra_pad": 1,
+    }
+
+
 PLANTS = {
     "kl.estimators: k2 without the half": (
         "kl.estimators",
@@ -223,6 +236,44 @@ PLANTS = {
             "pad_value": 0.0,
             "extra_pad": 1,
         },
+    ),
+    "offpolicy.tis: the clamped weight scaled": (
+        "offpolicy.tis",
+        lambda mp: mutate(
+            mp,
+            _FUNCTIONAL,
+            None,
+            "apply_rejection_sampling",
+            "directly clamp importance weight\n"
+            "            behave_imp_weight = behave_imp_weight.clamp(",
+            "directly clamp importance weight\n"
+            "            behave_imp_weight = 1.5 * behave_imp_weight.clamp(",
+        ),
+        _ratio_case(low=0.0, high=2.0),
+    ),
+    "offpolicy.icepop: nothing rejected": (
+        "offpolicy.icepop",
+        lambda mp: mutate(
+            mp,
+            _FUNCTIONAL,
+            None,
+            "apply_rejection_sampling",
+            "updated_mask = (candidates & in_bounds).to(loss_mask.dtype)",
+            "updated_mask = candidates.to(loss_mask.dtype)",
+        ),
+        _ratio_case(low=0.8, high=1.3),
+    ),
+    "offpolicy.is_correction: the summed, not the mean, sequence log-ratio": (
+        "offpolicy.is_correction",
+        lambda mp: mutate(
+            mp,
+            _FUNCTIONAL,
+            None,
+            "apply_rejection_sampling",
+            "seq_log_mean = seq_log_sum / valid_count_per_seq.to(log_ratio.dtype)",
+            "seq_log_mean = seq_log_sum",
+        ),
+        _ratio_case(mode="sequence_truncate", clip_min=None, clip_max=5.0),
     ),
 }
 

@@ -27,7 +27,13 @@ BASELINED = (
     "step.update",
     "step.state",
 )
-PASSING = ("adv.grpo", "loss.value_clip")
+PASSING = (
+    "adv.grpo",
+    "loss.value_clip",
+    "offpolicy.icepop",
+    "offpolicy.is_correction",
+    "offpolicy.tis",
+)
 
 
 @pytest.mark.slow
