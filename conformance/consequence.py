@@ -81,6 +81,18 @@ def rank(consequence: str | None) -> int:
     return CONSEQUENCES.index(consequence) if consequence in CONSEQUENCES else len(CONSEQUENCES)
 
 
+def headline_rank(consequence: str | None) -> int:
+    """The order in which a clause's findings head it: a measured training consequence
+    first, then a finding whose consequence could not be established (it may be one), then
+    the rest most serious first. A clause with an unmeasured finding beside an unreached one
+    is not headed "unreached"."""
+    if consequence in TRAINING:
+        return rank(consequence)
+    if consequence is None or consequence not in CONSEQUENCES:
+        return len(TRAINING)
+    return rank(consequence) + 1
+
+
 def definitional(clause_id: str, check: str | None) -> str | None:
     """The consequence a check has by what it checks, or None when it must be measured."""
     area = clause_id.split(".", 1)[0]
@@ -666,7 +678,7 @@ def _assess(
             findings.append(own)
         if not findings:
             continue
-        findings.sort(key=lambda f: rank(f[0]))
+        findings.sort(key=lambda f: headline_rank(f[0]))
         result.consequence, result.configs, result.consequence_basis = findings[0]
 
 

@@ -506,3 +506,20 @@ def test_a_declared_composition_break_is_not_credited_to_an_operation(compositio
         assert "composition break" in result.consequence_basis
     else:
         assert result.consequence == "update", result.consequence_basis
+
+
+def test_a_clause_is_headed_by_an_unmeasured_finding_before_a_harmless_one():
+    """A clause's headline consequence: measured training consequences first, then a finding
+    whose consequence is unknown (it may change the update), then the rest; an unmeasured
+    finding beside an unreached one does not make the clause read "unreached"."""
+    from rlconform.conformance.consequence import headline_rank
+
+    found = ["unreached", None, "contained", "metric", "update", "crash"]
+    assert sorted(found, key=headline_rank) == [
+        "update",
+        "crash",
+        None,
+        "metric",
+        "contained",
+        "unreached",
+    ]
