@@ -186,6 +186,11 @@ class Target:
     deviations: Mapping[str, str | Deviation | Sequence[Deviation]] = {}
     device: str = "cpu"
     bindings: Mapping[str, Any] = {}
+    # operations the trainer runs under options (or on passes) no step config covers, whose
+    # ``bindings`` path names the option: their findings are unmeasured, not unreached
+    # (``conformance.consequence.unbound``; ``step_unbound_ops`` maps an operation to the
+    # option where the path does not name it)
+    step_unbound: tuple[str, ...] = ()
 
     def implements(self, op: str) -> bool:
         return callable(getattr(self, op, None))

@@ -321,9 +321,17 @@ def _ordinary_divergence(
 
 def unbound(target: Any, ops: set[str]) -> str | None:
     """The trainer options that run ``ops`` on a path the step binding does not cover (the
-    target's ``step_unbound_ops``: operation -> option), or None. Such a finding is
+    target's ``step_unbound_ops``: operation -> option; or its ``step_unbound``: operations
+    whose binding's trainer path names the option), or None. Such a finding is
     unmeasured, not ``unreached``: its trainer does run the operation."""
-    table = getattr(target, "step_unbound_ops", None) or {}
+    table = dict(getattr(target, "step_unbound_ops", None) or {})
+    bindings = getattr(target, "bindings", None) or {}
+    for op in getattr(target, "step_unbound", ()):
+        # the binding's trainer path names the option (or the pass) that runs the operation
+        binding = bindings.get(op)
+        path = binding.get("path") if isinstance(binding, dict) else None
+        if path:
+            table.setdefault(op, str(path))
     hits = sorted(op for op in ops if op in table)
     if not hits:
         return None
@@ -567,14 +575,21 @@ def judge(
         return kind, names, f"{clause.id}: the finding's case {basis}"
     # the configs whose step runs the operation: the ones under which it has its consequence
     running = [c.name for c in configs if ops & c.ops] or names
-    if kind is not None:
+    options = None if run_anywhere else unbound(target, ops)
+    if kind is not None or check == "runs":
+        # what the check is, or a raise on a valid input: known without the step, once a
+        # trainer runs the operation (under a declared config, or an option none covers)
+        what = (
+            f"definitional: check {check!r} of {clause.id}"
+            if kind is not None
+            else "the operation raises on a valid input"
+        )
+        kind = "crash" if kind is None else kind
+        if options is not None:
+            return kind, [], f"{what} (the trainer runs {options}; no step config covers it)"
         if not run_anywhere:
             return _not_run(target, ops, f"no trainer config runs {', '.join(sorted(ops))}")
-        return kind, running, f"definitional: check {check!r} of {clause.id}"
-    if check == "runs":
-        if not run_anywhere:
-            return _not_run(target, ops, f"no trainer config runs {', '.join(sorted(ops))}")
-        return "crash", running, "the operation raises on a valid input"
+        return kind, running, what
     try:
         return measured(clause, check, severity, features, target, configs, device, seed, case)
     except BindingDefect as defect:

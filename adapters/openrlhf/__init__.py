@@ -25,6 +25,18 @@ from rlconform.adapters.openrlhf.step import StepOps
 class OpenRLHFTarget(KLBindings, AdvantageBindings, EntropyBindings, LossBindings, StepOps, Target):
     """OpenRLHF, bound operation by operation."""
 
+    # run under options no step config covers; each binding's path names the option
+    step_unbound = (
+        "entropy_from_logits",
+        "entropy_mean",
+        "importance_weighted_kl",
+        "advantage_reinforce_pp_baseline",
+        "gspo_loss",
+        "icepop_weights",
+        "is_correction_weights",
+        "tis_weights",
+    )
+
     name = "openrlhf"
 
     def __init__(

@@ -48,6 +48,12 @@ class RollTarget(
     """ROLL, bound operation by operation."""
 
     name = "roll"
+    # run under an option no step config covers (the binding's path does not name it)
+    step_unbound_ops = {
+        op: "train_infer_correction (is_weight.enabled or a filter: compute_train_infer_"
+        "correction in the actor workers)"
+        for op in ("tis_weights", "icepop_weights", "is_correction_weights")
+    }
 
     def __init__(self, runtime: RollRuntime, device: str = "cpu", shipped_baseline: bool = True):
         self.runtime = runtime

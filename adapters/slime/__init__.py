@@ -362,6 +362,21 @@ class SlimeTarget(
     """slime's own functions behind the canonical operation names."""
 
     name = "slime"
+    # run under options no step config covers; each binding's path names the option
+    step_unbound = (
+        "filter_samples",
+        "importance_weighted_kl",
+        "advantage_reinforce_pp_baseline",
+        "cispo_loss",
+        "gspo_loss",
+        "icepop_weights",
+        "is_correction_weights",
+        "opsm_mask",
+        "tis_weights",
+        "logprob_gap",
+        "seqlen_partitions",
+        "seqlen_workload",
+    )
 
     def __init__(
         self,

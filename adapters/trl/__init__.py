@@ -29,6 +29,14 @@ from rlconform.adapters.trl.step import StepOps
 class TrlTarget(AdvantageBindings, LossBindings, OffpolicyBindings, StepOps, Target):
     """TRL's GRPOTrainer, bound operation by operation."""
 
+    # run under options no step config covers; each binding's path names the option
+    step_unbound = (
+        "importance_weighted_kl",
+        "advantage_gdpo",
+        "cispo_loss",
+        "gspo_loss",
+    )
+
     name = "trl"
 
     def __init__(self, runtime: TrlRuntime, device: str = "cpu", framework_path: str | None = None):

@@ -35,6 +35,13 @@ from rlconform.adapters.trl_liger.step import LigerStepOps
 class TrlLigerTarget(LigerLossBindings, LigerStepOps, Target):
     """TRL's GRPOTrainer on its Liger branch, bound operation by operation."""
 
+    # run under options no step config covers; each binding's path names the option
+    step_unbound = (
+        "importance_weighted_kl",
+        "cispo_loss",
+        "gspo_loss",
+    )
+
     name = "trl-liger"
 
     def __init__(self, runtime: TrlRuntime, device: str = "cpu", framework_path: str | None = None):

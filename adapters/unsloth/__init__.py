@@ -36,6 +36,12 @@ from rlconform.adapters.unsloth.step import UnslothStepOps
 class UnslothTarget(UnslothLossBindings, UnslothOffpolicyBindings, UnslothStepOps, Target):
     """Unsloth's GRPO loss, bound operation by operation."""
 
+    # run under options no step config covers; each binding's path names the option
+    step_unbound = (
+        "cispo_loss",
+        "gspo_loss",
+    )
+
     name = "unsloth"
 
     def __init__(

@@ -27,6 +27,39 @@ from rlconform.adapters.verl.step_v08 import V08StepOps
 
 BASELINES = Path(__file__).parent / "baselines"
 
+_LOSS_MODE = "actor_rollout_ref.actor.policy_loss.loss_mode"
+_ROLLOUT_CORRECTION = "algorithm.rollout_correction (rollout_is / rollout_rs)"
+_ENTROPY = (
+    "the old-log-prob pass of every step (calculate_entropy, for actor/entropy; the step "
+    "takes entropies as inputs)"
+)
+# Operations the headed trainer runs under options (or on a pass) no step config covers,
+# read from each line's trainer: their findings are unmeasured, not unreached
+# (conformance.consequence.unbound). Kept for an operation whose binding runs on the line's
+# headed trainer (``step_unbound_ops``).
+UNBOUND_OPTIONS = {
+    "gspo_loss": f"{_LOSS_MODE}=gspo",
+    "gmpo_loss": f"{_LOSS_MODE}=geo_mean",
+    "cispo_loss": f"{_LOSS_MODE}=cispo",
+    "dppo_tv_loss": f"{_LOSS_MODE}=dppo_tv",
+    "advantage_remax": "algorithm.adv_estimator=remax",
+    "advantage_opo": "algorithm.adv_estimator=opo",
+    "advantage_optimal_token_baseline": "algorithm.adv_estimator=optimal_token_baseline",
+    "advantage_gdpo": "algorithm.adv_estimator=gdpo",
+    "tis_weights": _ROLLOUT_CORRECTION,
+    "icepop_weights": _ROLLOUT_CORRECTION,
+    "is_correction_weights": _ROLLOUT_CORRECTION,
+    "logprob_gap": "actor_rollout_ref.rollout.calculate_log_probs=True",
+    "entropy_from_logits": _ENTROPY,
+    "entropy_mean": _ENTROPY,
+}
+
+
+def _trainer_of(binding: dict[str, Any]) -> str:
+    """The trainer a binding's path runs on (its first word: ``v1`` or ``v0``)."""
+    words = str(binding.get("path", "")).split()
+    return words[0] if words else ""
+
 
 def baseline_path(release: Release, settings: Settings) -> Path:
     """The shipped baseline of ``release`` (``verl-<certified>[-alternates].toml``)."""
@@ -86,6 +119,17 @@ class VerlTarget(
 
     def trainer_configs(self) -> list[Any]:
         return self._step_ops.trainer_configs(self)
+
+    @property
+    def step_unbound_ops(self) -> dict[str, str]:
+        """``UNBOUND_OPTIONS`` of the operations bound on this line's headed trainer (an
+        operation bound on another trainer path, e.g. 0.9's v0 trainer, stays unreached)."""
+        return {
+            op: option
+            for op, option in UNBOUND_OPTIONS.items()
+            if op in self.bindings
+            and _trainer_of(self.bindings[op]) == self.release.trainer.split()[0]
+        }
 
     def train_step(self, batch: Any, config: Any, state: Any = None) -> Any:
         return self._step_ops.train_step(self, batch, config, state)

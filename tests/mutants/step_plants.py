@@ -235,3 +235,9 @@ def advantages_lost_on_rows_with_a_hole(orig, batch, config, state=None):
         adv = output.stages["advantages"]
         output.stages["advantages"] = torch.where(holes, torch.zeros_like(adv), adv)
     return output
+
+
+def logprob_gap_shifted(orig, *args, **kwargs):
+    """The logged train/rollout log-prob gap + 0.5 (a metric only); no torchref config runs
+    it."""
+    return orig.logprob_gap(*args, **kwargs) + 0.5

@@ -523,3 +523,26 @@ def test_a_clause_is_headed_by_an_unmeasured_finding_before_a_harmless_one():
         "contained",
         "unreached",
     ]
+
+
+@pytest.mark.parametrize("unbound", [False, True, "path"])
+def test_a_definitional_finding_under_an_unbound_option_keeps_its_kind(unbound):
+    """A metric finding on an operation no bound config runs is ``unreached`` only when the
+    trainer cannot run it; when the trainer runs it under an option no step config covers
+    (``step_unbound_ops``), what the check is still says the consequence: ``metric``."""
+    target = m.mutant("gap-shifted", logprob_gap=m.logprob_gap_shifted)
+    if unbound == "path":  # named by the binding's trainer path
+        target.step_unbound = ("logprob_gap",)
+        target.bindings = {
+            "logprob_gap": {"path": "old-log-prob step, rollout.calculate_log_probs=True"}
+        }
+    elif unbound:
+        target.step_unbound_ops = {"logprob_gap": "rollout.calculate_log_probs=True"}
+    report = certify(target, select("offpolicy.logprob_gap"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    assert result.status == "fail", result.message
+    if unbound:
+        assert result.consequence == "metric", result.consequence_basis
+        assert "rollout.calculate_log_probs=True" in result.consequence_basis
+    else:
+        assert result.consequence == "unreached", result.consequence_basis

@@ -165,3 +165,17 @@ def test_a_local_token_mean_in_verl_fails_the_step(local_token_mean, tmp_path):
     assert code == 1, result
     assert result["status"] == "fail" and result["check"] in ("loss", "gradient"), result
     assert result["failure_consequence"] == "update"
+
+
+def test_operations_run_under_options_no_step_config_covers_are_unbound_not_unreached(verl):
+    """The v1 trainer runs GSPO, REMAX, rollout correction, ... under named options the step
+    configs do not set: those operations are the target's ``step_unbound_ops`` (findings
+    unmeasured, not unreached); an operation bound on the v0 trainer path is not."""
+    unbound = verl.step_unbound_ops
+    assert unbound["gspo_loss"].endswith("loss_mode=gspo")
+    assert unbound["advantage_remax"] == "algorithm.adv_estimator=remax"
+    assert "rollout_correction" in unbound["tis_weights"]
+    for op in unbound:
+        assert verl.bindings[op]["path"].split()[0] == "v1", (op, verl.bindings[op]["path"])
+    configured = set().union(*(c.ops for c in verl.trainer_configs()))
+    assert not set(unbound) & configured, set(unbound) & configured
