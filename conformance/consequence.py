@@ -12,9 +12,11 @@ entry a consequence and the trainer configs under which it has it:
   a valid input) is ``crash`` when a config runs the operation.
 - measured, for every other check of an operation: no declared config runs the clause's
   operations -> ``unreached`` (unless the target names them in ``step_unbound_ops``: its
-  trainer runs them under an option the step binding does not cover -> ``None``); otherwise step.update is searched under each config that runs
-  them, on cases of the finding's severity domain that carry the features that cause it
-  (a finding about one aggregation mode: under the configs that aggregate with it).
+  trainer runs them under an option the step binding does not cover -> ``None``); otherwise
+  step.update is searched under each config that runs them, on cases of the finding's
+  severity domain that carry the features that cause it (a finding about one aggregation
+  mode: under the configs that aggregate with it; none -> ``unreached``, or ``None`` where
+  the target's ``step_unbound_agg_modes`` names the option that selects the mode).
   A case whose first diverging stage is one of this operation's stages -> ``update`` under
   that config; every such case passing under every config that runs the operation ->
   ``contained`` (the trainer masks the wrong values away before any loss). A case whose
@@ -375,6 +377,14 @@ def measured(
     if mode is not None:
         running = [c for c in running if c.resolved["loss_agg_mode"] == mode]
         if not running:
+            option = (getattr(target, "step_unbound_agg_modes", None) or {}).get(mode)
+            if option is not None:
+                return (
+                    None,
+                    [],
+                    f"unmeasured: the trainer aggregates with loss_agg_mode {mode!r} under "
+                    f"{option}, which no step config sets",
+                )
             return "unreached", [], f"no trainer config aggregates with loss_agg_mode {mode!r}"
     domain = severity or "hardening"
     cause = (

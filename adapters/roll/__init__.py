@@ -54,6 +54,16 @@ class RollTarget(
         "correction in the actor workers)"
         for op in ("tis_weights", "icepop_weights", "is_correction_weights")
     }
+    # PPOConfig.loss_agg_mode takes each of the four modes (default seq-mean-token-mean)
+    step_unbound_agg_modes = {
+        m: f"loss_agg_mode={m!r} (PPOConfig)"
+        for m in (
+            "token-mean",
+            "seq-mean-token-sum",
+            "seq-mean-token-mean",
+            "seq-mean-token-sum-norm",
+        )
+    }
 
     def __init__(self, runtime: RollRuntime, device: str = "cpu", shipped_baseline: bool = True):
         self.runtime = runtime

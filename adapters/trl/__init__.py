@@ -17,7 +17,7 @@ from typing import Any
 
 from rlconform.adapters.base import Target
 from rlconform.adapters.trl.advantage import AdvantageBindings
-from rlconform.adapters.trl.loss import LossBindings
+from rlconform.adapters.trl.loss import AGG_LOSS_TYPES, LossBindings
 from rlconform.adapters.trl.manifest import BINDINGS, PROFILE, deviations_for
 from rlconform.adapters.trl.offpolicy import OffpolicyBindings
 from rlconform.adapters.trl.releases import describe as describe_bindings
@@ -29,6 +29,8 @@ from rlconform.adapters.trl.step import StepOps
 class TrlTarget(AdvantageBindings, LossBindings, OffpolicyBindings, StepOps, Target):
     """TRL's GRPOTrainer, bound operation by operation."""
 
+    # an aggregation mode no step config uses is the normaliser of this loss_type
+    step_unbound_agg_modes = {m: f"loss_type={t!r}" for m, t in AGG_LOSS_TYPES.items()}
     # run under options no step config covers; each binding's path names the option
     step_unbound = (
         "importance_weighted_kl",

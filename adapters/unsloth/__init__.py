@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlconform.adapters.base import SetupError, Target
+from rlconform.adapters.trl.loss import AGG_LOSS_TYPES
 from rlconform.adapters.trl.runtime import TrlRuntime, load_runtime
 from rlconform.adapters.trl.shell import Shell
 from rlconform.adapters.unsloth.loss import UnslothLossBindings
@@ -36,6 +37,8 @@ from rlconform.adapters.unsloth.step import UnslothStepOps
 class UnslothTarget(UnslothLossBindings, UnslothOffpolicyBindings, UnslothStepOps, Target):
     """Unsloth's GRPO loss, bound operation by operation."""
 
+    # an aggregation mode no step config uses is the normaliser of this loss_type
+    step_unbound_agg_modes = {m: f"loss_type={t!r}" for m, t in AGG_LOSS_TYPES.items()}
     # run under options no step config covers; each binding's path names the option
     step_unbound = (
         "cispo_loss",

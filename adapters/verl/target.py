@@ -121,6 +121,11 @@ class VerlTarget(
         return self._step_ops.trainer_configs(self)
 
     @property
+    def step_unbound_agg_modes(self) -> dict[str, str]:
+        """Each mode the line's agg_loss knows is the actor's loss_agg_mode option."""
+        return {m: f"actor_rollout_ref.actor.loss_agg_mode={m}" for m in self.release.agg_modes}
+
+    @property
     def step_unbound_ops(self) -> dict[str, str]:
         """``UNBOUND_OPTIONS`` of the operations bound on this line's headed trainer (an
         operation bound on another trainer path, e.g. 0.9's v0 trainer, stays unreached)."""

@@ -208,6 +208,17 @@ def test_an_aggregation_mode_no_config_uses_is_unreached():
     assert "seq-mean-token-sum" in result.consequence_basis
 
 
+def test_an_aggregation_mode_the_trainer_takes_as_an_option_is_unmeasured():
+    """Where the trainer selects the mode by an option no step config sets (the target's
+    ``step_unbound_agg_modes``), the finding is unmeasured and names the option."""
+    target = m.mutant("mode-option", agg_loss=m.agg_seq_mean_token_sum_doubled)
+    target.step_unbound_agg_modes = {"seq-mean-token-sum": "loss_agg_mode=seq-mean-token-sum"}
+    result = _mode_finding(target, ["default", "ppo_gae"])
+    assert result.consequence is None, result.consequence_basis
+    assert result.consequence_basis.startswith("unmeasured"), result.consequence_basis
+    assert "loss_agg_mode=seq-mean-token-sum" in result.consequence_basis
+
+
 def test_a_controller_updated_in_place_is_not_a_state_break():
     """step.state's pinned example runs the determinism check: each call of a step gets its
     own copy of the carried state, so a controller that updates itself in place passes."""
