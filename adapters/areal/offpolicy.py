@@ -36,6 +36,7 @@ import torch
 from rlconform.adapters.areal.layout import Packed
 from rlconform.adapters.base import Inexpressible
 from rlconform.adapters.frame_trace import last_per_token
+from rlconform.adapters.is_correction_mode import split_mode
 
 # The log-prob at the position after a sample's last token (loss_mask 0 there): the same
 # value for both policies, a ratio of 1 that nothing reads.
@@ -144,9 +145,7 @@ class OffpolicyBindings:
     ) -> torch.Tensor:
         """offpolicy.is_correction: ``level`` token / sequence, ``action`` clamp (truncate)
         or mask, ``agg`` its default ``"mean"``."""
-        level, _, action = mode.partition("_")
-        if level not in ("token", "sequence") or action not in ("truncate", "mask"):
-            raise ValueError(f"unknown IS-correction mode {mode!r}")
+        level, action = split_mode(mode)
         band = _band(clip_min, clip_max, mode)
         return self._behave_weights(
             old_logprob,

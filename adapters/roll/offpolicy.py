@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from rlconform.adapters.base import Unsupported
+from rlconform.adapters.is_correction_mode import split_mode
 from rlconform.adapters.roll.common import RollCommon
 
 
@@ -119,9 +120,7 @@ class OffpolicyBindings(RollCommon):
     ) -> torch.Tensor:
         """offpolicy.is_correction -> weight_type "token" / "sequence" (exp of the summed
         log-ratio); truncate: upper_bound ``clip_max``; mask: a ratio filter band."""
-        level, _, action = mode.partition("_")
-        if level not in ("token", "sequence") or action not in ("truncate", "mask"):
-            raise ValueError(f"unknown IS-correction mode {mode!r}")
+        level, action = split_mode(mode)
         if action == "truncate":
             self._lower_bound_zero(clip_min)
             return self._correct(

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from rlconform.adapters.base import Inexpressible, Unsupported
+from rlconform.adapters.is_correction_mode import split_mode
 from rlconform.adapters.slime import layout, runtime
 
 # ---------------------------------------------------------------------------------------
@@ -619,9 +620,10 @@ class SlimeOffpolicyOps:
     def _mis_args(self, mode: str, clip_min: float | None, clip_max: float | None) -> Namespace:
         """The MIS config (``--custom-config-path``) for a contract mode; Inexpressible
         where the example's bounds cannot say it."""
-        level, _, action = mode.partition("_")
-        if level not in ("token", "sequence") or action not in ("truncate", "mask"):
-            raise Unsupported(f"compute_mis_weights has no mode {mode!r}")
+        try:
+            level, action = split_mode(mode)
+        except ValueError:
+            raise Unsupported(f"compute_mis_weights has no mode {mode!r}") from None
         if clip_max is None:
             raise Inexpressible("compute_mis_weights always has an upper bound (tis_upper_bound)")
         if action == "truncate" and clip_min is None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from rlconform.adapters.is_correction_mode import split_mode
+
 
 def _action_log_ratio(
     numerator: torch.Tensor, denominator: torch.Tensor, actions: torch.Tensor
@@ -96,9 +98,7 @@ class OffpolicyOps:
         clip_max: float | None = 3.0,
     ) -> torch.Tensor:
         """offpolicy.is_correction: token_/sequence_ x truncate/mask importance weights."""
-        level, _, action = mode.partition("_")
-        if level not in ("token", "sequence") or action not in ("truncate", "mask"):
-            raise ValueError(f"unknown IS-correction mode {mode!r}")
+        level, action = split_mode(mode)
         actions = response_mask.bool()
         log_ratio = _action_log_ratio(old_logprob, rollout_logprob, actions)
         if level == "sequence":

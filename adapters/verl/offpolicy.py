@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from rlconform.adapters.base import Unsupported
+from rlconform.adapters.is_correction_mode import split_mode
 
 _NO_LOWER_BOUND = float(torch.finfo(torch.float32).tiny)
 
@@ -133,9 +134,7 @@ class OffpolicyOps:
     ) -> torch.Tensor:
         """offpolicy.is_correction: TIS (``*_truncate``) or TIS with rejection sampling
         (``*_mask``) at the contract's level (module docstring)."""
-        level, _, action = mode.partition("_")
-        if level not in ("token", "sequence") or action not in ("truncate", "mask"):
-            raise ValueError(f"unknown IS-correction mode {mode!r}")
+        level, action = split_mode(mode)
         if action == "truncate":
             correction = {
                 "rollout_is": level,
