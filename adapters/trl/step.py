@@ -140,6 +140,7 @@ class StepOps:
     # theirs reads it)
     completions_end_on_eos = False
     shell: Any
+    runtime: Any  # the TRL runtime (its version names the GRPOConfig)
     version: str
 
     def trainer_configs(self) -> list[TrainerConfig]:
@@ -153,8 +154,9 @@ class StepOps:
                         name,
                         contract_settings(args),
                         native=_native(fields, args),
-                        source=f"trl {self.version} GRPOConfig({self.config_source_note})"
-                        + (" with fields" if fields else ""),
+                        # TRL's version: Unsloth's target is versioned by unsloth-zoo
+                        source=f"trl {self.runtime.version} GRPOConfig"
+                        f"({self.config_source_note})" + (" with fields" if fields else ""),
                     )
                 )
             self.__dict__["_trl_trainer_configs"] = cached

@@ -37,6 +37,13 @@ def test_configs_are_resolved_as_unsloth_resolves_them(unsloth):
     assert configs["two_iterations"]["on_policy"] is False
 
 
+def test_config_sources_name_the_trl_release(unsloth):
+    """The GRPOConfig is TRL's: its source names TRL's version, not unsloth-zoo's."""
+    for config in unsloth.trainer_configs():
+        assert config.source.startswith(f"trl {unsloth.runtime.version} GRPOConfig("), config
+        assert unsloth.version not in config.source
+
+
 def test_the_step_runs_unsloths_generated_compute_loss(unsloth):
     from rlconform.adapters.unsloth import compute_loss
 
