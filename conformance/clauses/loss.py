@@ -692,6 +692,13 @@ _EXTREME_SAMPLES = [
     # log-probs near -100 with an ordinary ratio.
     _sample("s2", [1, 1], [-99.0, -100.0], [-99.5, -99.75], [0.5, -0.5]),
 ]
+# A log-ratio beyond the +-20 clamp but inside float32 exp's range (edge: stale off-policy
+# data) where it matters: A < 0 takes the unclipped branch -A r, so r = exp(20), not
+# exp(25) (the overflow samples above say nothing of the range in between).
+_BEYOND_CLAMP_SAMPLES = [
+    _sample("s0", [1, 1], [-30.0, -1.0], [-5.0, -1.0], [-1.0, 0.5]),
+    _sample("s1", [1], [-2.0], [-2.5], [1.0]),
+]
 _NO_ACTION_SAMPLES = [
     _sample("s0", [0, 0, 0], [-1.0, -2.0, -3.0], [-0.5, -2.5, -1.0], [1.0, -1.0, 2.0]),
     _sample("s1", [], [], [], []),
@@ -713,6 +720,13 @@ _PPO_EXAMPLES = (
         "samples": _EXTREME_SAMPLES,
         "pad_value": NAN,
         "extra_pad": 2,
+    },
+    {
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "samples": _BEYOND_CLAMP_SAMPLES,
+        "pad_value": 0.0,
+        "extra_pad": 1,
     },
     # Asymmetric eps: one token clipped above, one below, then 3 unclipped; clipfrac 2/5.
     {

@@ -31,6 +31,20 @@ def test_ppo_clip_per_token_loss_and_clipfrac_by_hand(areal):
     assert grad[0].tolist() == pytest.approx([0.0, 2.0 * math.exp(-0.1), 0.0, 0.0], rel=1e-6)
 
 
+def test_the_ratio_is_not_clamped_beyond_log_ratio_20(areal):
+    # declared (loss.ppo_clip, extreme_log_ratio): old -30, logp -5, A -1: the log-ratio 25
+    # takes the unclipped branch -A r. The contract clamps the log-ratio to 20 (loss e^20,
+    # what torchref gives); AReaL's ppo_actor_loss_fn exponentiates 25 (loss e^25)
+    from rlconform.adapters.torchref import TorchRef
+
+    args = (torch.tensor([[-30.0]]), torch.tensor([[-5.0]]), torch.tensor([[-1.0]]))
+    kwargs = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2}
+    loss, _ = areal.ppo_clip_loss(*args, torch.tensor([[1]]), **kwargs)
+    assert loss.item() == pytest.approx(math.exp(25.0), rel=1e-6)
+    reference, _ = TorchRef().ppo_clip_loss(*args, torch.tensor([[1]]), **kwargs)
+    assert reference.item() == pytest.approx(math.exp(20.0), rel=1e-6)
+
+
 def test_dual_clip_caps_a_negative_advantage_at_c_times_its_size(areal):
     loss, _ = areal.ppo_clip_loss(
         torch.tensor([[-2.0]]),
