@@ -11,8 +11,9 @@ sampling (``offpolicy.py``: its importance weights, token and sequence level, cl
 mask), the critic's loss
 (``manifest.BINDINGS``) and the training step (``step.py``: ``compute_advantages``,
 ``ppo_update`` and the engine's ``train_batch`` with its loss weighting, under the
-``PPOActorConfig`` configs it declares). Not bound yet: GAE with a critic in the step,
-SAPO / M2PO, rejection sampling in the step, the logged statistics (``step.metrics`` skips).
+``PPOActorConfig`` configs it declares, one of them PPO with a critic: ``PPOCritic``'s
+``compute_values`` and ``ppo_update`` on the same engine). Not bound yet: SAPO / M2PO,
+rejection sampling in the step, the logged statistics (``step.metrics`` skips).
 """
 
 from __future__ import annotations

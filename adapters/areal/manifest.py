@@ -96,6 +96,19 @@ BINDINGS: dict[str, dict[str, object]] = {
         ],
         "path": "PPOCritic.ppo_update -> engine.train_batch(loss_fn=ppo_loss_fn)",
     },
+    "train_step": {
+        "functions": [
+            "areal.trainer.ppo.actor.PPOActor.compute_advantages",
+            "areal.trainer.ppo.actor.PPOActor.ppo_update",
+            "areal.engine.fsdp_engine.FSDPEngine.train_batch",
+            "areal.trainer.ppo.critic.PPOCritic.compute_values",
+            "areal.trainer.ppo.critic.PPOCritic.ppo_update",
+        ],
+        "path": "PPOTrainer.train (rl_trainer.py): critic.compute_values (a config with a "
+        "critic) -> actor.compute_advantages -> actor.ppo_update (engine.train_batch, "
+        "grpo_loss_fn) -> critic.ppo_update (engine.train_batch, ppo_loss_fn); "
+        "ppo_n_minibatches 1, mb_spec n_mbs the step's micro-batches",
+    },
 }
 
 

@@ -28,6 +28,14 @@ one that reads the batch's leaf log-probs and entropies at the packed positions 
 token id encodes its row and column); the optimizer step is a no-op (the harness reads the
 gradients). The loss the step back-propagated is recorded from ``_compute_logprobs_and_loss``.
 
+With a critic (``ppo_critic``) the trainer's two critic calls run too, each on a stand-in
+``FSDPEngine`` whose model outputs, at each packed position, a critic value: before the
+advantages, ``critic.compute_values`` (the batch's rollout-time ``values``; the value after
+a sample's last token is ``AFTER_VALUE``, a position the contract never reads) writes each
+trajectory's ``values``; after the actor's update, ``critic.ppo_update`` trains on the
+current values (the batch's leaf ``vpreds``), its loss (``ppo_loss_fn``, weighted by the
+loss-mask count like the actor's) recorded as the step's value loss.
+
 Trainer configs are ``PPOActorConfig`` fields: ``default`` is ``PPOActorConfig()`` as
 installed, with a reference model configured (``PPOConfig.ref``; without one AReaL trains
 against reference log-probs of 0, see the report's notes), each named config a set of
@@ -53,6 +61,14 @@ from rlconform.conformance.trainer_config import TrainerConfig
 
 # What the model computes at the position after a sample's last token (loss_mask 0 there).
 AFTER_LOGPROB = -1.0
+# What the critic computes there: the value of the state after the last token, which a
+# trainer that follows the contract never reads (every step sample is terminated).
+AFTER_VALUE = 1.0
+# Prompt tokens before each response: two, so that a micro-batch's packed forward holds
+# more than one token, as every real prompt makes it (PPOCritic.compute_values concatenates
+# each micro-batch's squeezed values: a one-token micro-batch, a one-token prompt with an
+# empty response, would be a zero-dimensional tensor there).
+PROMPT = 2
 
 _GROUP_NORM = {"mean_level": "group", "std_level": "group"}
 
@@ -70,6 +86,19 @@ AREAL_STEP_CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
         "grpo_mask_no_eos",
         {"reward_norm": _GROUP_NORM, "kl_ctl": 0.0, "mask_no_eos_with_zero": True},
     ),
+    # examples/math/gsm8k_ppo.yaml's PPO with a critic (its eps_clip 0.4, batch adv_norm,
+    # no KL reward, the critic's eps_clip 0.5), on the inference engine's log-probs
+    # (its decoupled loss and reward scaling have no step oracle): ``critic`` holds
+    # PPOCriticConfig fields
+    (
+        "ppo_critic",
+        {
+            "kl_ctl": 0.0,
+            "eps_clip": 0.4,
+            "adv_norm": {"mean_level": "batch", "std_level": "batch"},
+            "critic": {"eps_clip": 0.5},
+        },
+    ),
 )
 
 # Options with no step oracle: (field, the value the binding supports).
@@ -81,22 +110,56 @@ _FIXED = (
     ("overlong_reward_penalty", False),
     ("use_decoupled_loss", False),
     ("recompute_logprob", False),
-    ("adv_norm", None),
     ("reward_bias", 0.0),
     ("reward_scaling", 1.0),
     ("is_critic", False),
 )
 
 
-def contract_settings(config: Any) -> dict[str, Any]:
-    """The contract settings (``oracle.step.STEP_SETTINGS``) a ``PPOActorConfig`` runs."""
+def _critic_settings(config: Any, critic: Any) -> dict[str, Any]:
+    """GAE with the critic's values: ``adv_norm`` batch whitening or none; the critic's
+    ``ppo_critic_loss_fn`` (0.5 x the larger squared error, values clipped by its
+    ``eps_clip``), each micro-batch's masked mean weighted by its loss-mask count."""
+    if not critic.is_critic:
+        raise SetupError("AReaL's critic config must set is_critic=True")
+    if config.reward_norm is not None:
+        raise SetupError("reward_norm with a critic has no step oracle")
+    norm = config.adv_norm
+    if norm is not None and (norm.mean_level, norm.std_level, norm.std_unbiased) != (
+        "batch",
+        "batch",
+        True,
+    ):
+        raise SetupError(f"adv_norm {norm} has no step oracle (unbiased batch whitening only)")
+    if norm is not None and norm.eps != 1e-5:
+        raise SetupError(f"adv_norm eps {norm.eps} differs from the profile's whiten_std_eps")
+    if critic.mask_no_eos_with_zero:
+        raise SetupError("the critic's mask_no_eos_with_zero has no step binding")
+    return {
+        "estimator": "gae",
+        "gamma": float(config.discount),
+        "lam": float(config.gae_lambda),
+        "whiten_advantages": norm is not None,
+        "critic": True,
+        "cliprange_value": float(critic.eps_clip),
+        "value_loss_scale": 0.5,
+    }
+
+
+def contract_settings(config: Any, critic: Any = None) -> dict[str, Any]:
+    """The contract settings (``oracle.step.STEP_SETTINGS``) a ``PPOActorConfig`` (and, for
+    PPO with a critic, its ``PPOCriticConfig``) runs."""
     for field, supported in _FIXED:
         if getattr(config, field) != supported:
             raise SetupError(f"AReaL {field}={getattr(config, field)!r} has no step binding")
+    if critic is None and config.adv_norm is not None:
+        raise SetupError("adv_norm without a critic has no step binding")
     norm = config.reward_norm
-    if norm is None:
+    if critic is not None:
+        estimator: dict[str, Any] = _critic_settings(config, critic)
+    elif norm is None:
         # no normalisation, no critic: the GAE loop with values 0 sums the token rewards
-        estimator: dict[str, Any] = {
+        estimator = {
             "estimator": "reinforce_pp",
             "whiten_advantages": False,
             "gamma": float(config.discount),
@@ -116,6 +179,7 @@ def contract_settings(config: Any) -> dict[str, Any]:
         estimator = {"estimator": "grpo", "norm_adv_by_std": norm.std_level is not None}
     high = config.eps_clip_higher if config.eps_clip_higher is not None else config.eps_clip
     return {
+        "critic": False,
         **estimator,
         "kl_in_reward": config.kl_ctl != 0.0,
         "kl_in_reward_estimator": config.kl_estimator,
@@ -128,7 +192,6 @@ def contract_settings(config: Any) -> dict[str, Any]:
         "clip_ratio_c": None if config.c_clip is None else float(config.c_clip),
         "entropy_coeff": 0.0,  # grpo_loss_fn detaches the entropy
         "loss_agg_mode": "token-mean",  # each loss / all-reduced loss-mask count
-        "critic": False,
         "on_policy": False,  # the inference engine's log-probs are the old ones
     }
 
@@ -148,6 +211,20 @@ class _Model(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, **_: Any) -> Any:
         n = input_ids.shape[-1]
         return types.SimpleNamespace(logits=self.anchor.expand(1, n, 2))
+
+
+class _ValueModel(torch.nn.Module):
+    """The critic: its output at each packed position is the value ``leaves`` holds there
+    (``PPOCritic`` reads a token-classification head's one logit per token)."""
+
+    def __init__(self, leaves: _Leaves) -> None:
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(()))
+        self.leaves = leaves
+
+    def forward(self, input_ids: torch.Tensor, **_: Any) -> Any:
+        values, _ = self.leaves.gather(input_ids)
+        return types.SimpleNamespace(logits=(values + self.anchor).reshape(1, -1, 1))
 
 
 class _Optimizer:
@@ -172,13 +249,22 @@ class _Leaves:
     """The batch's leaf log-probs and entropies, read at the engine's packed positions.
 
     Trajectory ``r`` (the data row) has token ids ``1 + r * width + c`` at its raw columns
-    c (0 is padding); the rolled log-prob at raw column c is the prediction of token c + 1,
-    the sample's response token c for c < L, and the position after its last token for
-    c = L."""
+    c (0 is padding); the rolled log-prob at raw column c is the prediction of token c + 1:
+    a prompt token for c < PROMPT - 1, the sample's response token j = c - (PROMPT - 1) for
+    j < L, and the position after its last token for j = L. The critic's output at raw
+    column c is its value there (the same coordinates)."""
 
-    def __init__(self, rows: list[int], lengths: list[int], width: int, logp: Any, ent: Any):
+    def __init__(
+        self,
+        rows: list[int],
+        lengths: list[int],
+        width: int,
+        logp: Any,
+        ent: Any,
+        after: float = AFTER_LOGPROB,
+    ):
         self.rows, self.lengths, self.width = rows, lengths, width
-        self.logp, self.ent = logp, ent
+        self.logp, self.ent, self.after = logp, ent, after
 
     def gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         flat = ids.reshape(-1).tolist()
@@ -191,11 +277,15 @@ class _Leaves:
                 continue
             position, column = divmod(token - 1, self.width)
             row = self.rows[position]
-            if column < self.lengths[row]:
-                logps.append(self.logp[row, column])
-                ents.append(self.ent[row, column])
+            j = column - (PROMPT - 1)
+            if j < 0:
+                logps.append(zero)
+                ents.append(zero)
+            elif j < self.lengths[row]:
+                logps.append(self.logp[row, j])
+                ents.append(self.ent[row, j])
             else:
-                logps.append(zero + AFTER_LOGPROB)
+                logps.append(zero + self.after)
                 ents.append(zero)
         if not logps:
             return self.logp.new_zeros((0,)), self.ent.new_zeros((0,))
@@ -212,10 +302,16 @@ def _fsdp_engine(runtime: Any) -> Any:
         ) from None
 
 
-def standin_engine(runtime: Any, config: Any, leaves: _Leaves, losses: list[float]) -> Any:
-    """``FSDPEngine`` without ``__init__``: the attributes ``train_batch`` reads (module
-    docstring); its own methods run, except the log-prob gather, the optimizer step and the
-    model."""
+def standin_engine(
+    runtime: Any,
+    config: Any,
+    leaves: _Leaves,
+    losses: list[float],
+    model: torch.nn.Module | None = None,
+) -> Any:
+    """``FSDPEngine`` without ``__init__``: the attributes ``train_batch`` and
+    ``forward_batch`` read (module docstring); its own methods run, except the log-prob
+    gather, the optimizer step and the model (``model``: the critic's)."""
     import torch.distributed as dist
 
     fsdp = _fsdp_engine(runtime)
@@ -232,7 +328,7 @@ def standin_engine(runtime: Any, config: Any, leaves: _Leaves, losses: list[floa
     engine.logger.setLevel(logging.WARNING)
     engine.device = torch.device("cpu")
     engine._version = 0
-    engine.model = _Model()
+    engine.model = model if model is not None else _Model()
     engine.optimizer = _Optimizer()
 
     def logprobs_entropy(logits: Any, inputs: Mapping[str, Any], ulysses_pad_size: int = 0):
@@ -260,8 +356,6 @@ def standin_engine(runtime: Any, config: Any, leaves: _Leaves, losses: list[floa
 # operations AReaL's trainer runs under options no step config covers (their findings are
 # unmeasured, not unreached: conformance.consequence.unbound)
 STEP_UNBOUND_OPS = {
-    "advantage_gae": "a critic (PPOCritic.compute_values; no critic in the step yet)",
-    "value_loss": "a critic (PPOCritic.ppo_update; no critic in the step yet)",
     "gspo_loss": "importance_sampling_level='sequence' (no step config binds it yet)",
     **{
         op: "use_decoupled_loss=True with rejection_sampling (no step config binds it yet)"
@@ -282,10 +376,22 @@ class StepOps:
     def _actor_config(self, fields: Mapping[str, Any], group_size: int = 1) -> Any:
         cli = self.runtime.cli_args
         options = dict(fields)
+        options.pop("critic", None)
         norm = options.pop("reward_norm", None)
         if norm is not None:
             options["reward_norm"] = cli.NormConfig(**norm, group_size=group_size)
+        if options.get("adv_norm") is not None:
+            options["adv_norm"] = cli.NormConfig(**options["adv_norm"])
         return cli.PPOActorConfig(experiment_name="rlconform", trial_name="rlconform", **options)
+
+    def _critic_config(self, fields: Mapping[str, Any]) -> Any:
+        """The ``PPOCriticConfig`` of a config with a critic (its ``critic`` fields), else
+        None."""
+        if "critic" not in fields:
+            return None
+        return self.runtime.cli_args.PPOCriticConfig(
+            experiment_name="rlconform", trial_name="rlconform", is_critic=True, **fields["critic"]
+        )
 
     def trainer_configs(self) -> list[TrainerConfig]:
         cached = self.__dict__.get("_areal_trainer_configs")
@@ -296,7 +402,7 @@ class StepOps:
                 cached.append(
                     TrainerConfig(
                         name,
-                        contract_settings(config),
+                        contract_settings(config, self._critic_config(fields)),
                         native=_native(fields, config),
                         source=f"areal {self.version} PPOActorConfig()"
                         + (" with fields" if fields else "")
@@ -325,10 +431,15 @@ class StepOps:
         actor_config = self._actor_config(fields, group_size)
         actor_config.ppo_n_minibatches = 1
         actor_config.mb_spec = self.runtime.cli_args.MicroBatchSpec(n_mbs=len(batch.micro_batches))
-        settings = contract_settings(actor_config)
+        critic_config = self._critic_config(fields)
+        if critic_config is not None:
+            # one minibatch, the step's micro-batches, as for the actor
+            critic_config.ppo_n_minibatches = 1
+            critic_config.mb_spec = actor_config.mb_spec
+        settings = contract_settings(actor_config, critic_config)
         if settings != {k: config.resolved[k] for k in settings}:
             raise SetupError(f"AReaL config {config.name!r}: settings differ at this batch")
-        width = 1 + max(lengths)
+        width = PROMPT + max(lengths)
         trajectories = [
             self._trajectory(batch, row, position, lengths[row], width)
             for position, row in enumerate(order)
@@ -340,9 +451,20 @@ class StepOps:
         actor = self.runtime.actor.PPOActor(actor_config, engine=engine)
         tracker = self.runtime.stats_tracker
         tracker.export(reset=True)
+        value_losses: list[float] = []
         try:
+            if critic_config is not None:
+                # rl_trainer: values = critic.compute_values(rollout_batch), one per trajectory
+                rollout = _Leaves(order, lengths, width, batch.values, batch.values, AFTER_VALUE)
+                values = self._critic(critic_config, rollout, []).compute_values(trajectories)
+                for trajectory, value in zip(trajectories, values):
+                    trajectory["values"] = value
             scored = actor.compute_advantages(trajectories)
             actor.ppo_update(scored)
+            if critic_config is not None:
+                # rl_trainer: critic.ppo_update(adv_batch) after the actor's update
+                current = _Leaves(order, lengths, width, batch.vpreds, batch.vpreds, AFTER_VALUE)
+                self._critic(critic_config, current, value_losses).ppo_update(scored)
         finally:
             tracker.export(reset=True)
         columns = batch.response_mask.shape[1]
@@ -354,26 +476,39 @@ class StepOps:
             stages["token_rewards"] = _response(
                 scored, order, lengths, columns, "tot_rewards", dtype
             )
+        if critic_config is not None:
+            stages["returns"] = _response(scored, order, lengths, columns, "returns", dtype)
         kl = {"kl_coef": float(actor.kl_ctl)} if config.resolved["kl_in_reward"] else {}
-        return StepOutput(loss=sum(losses), stages=stages, state=kl)
+        return StepOutput(
+            loss=sum(losses),
+            stages=stages,
+            state=kl,
+            value_loss=sum(value_losses) if critic_config is not None else None,
+        )
+
+    def _critic(self, critic_config: Any, leaves: _Leaves, losses: list[float]) -> Any:
+        """``PPOCritic`` on a stand-in engine whose model outputs ``leaves``' values."""
+        engine = standin_engine(self.runtime, critic_config, leaves, losses, _ValueModel(leaves))
+        return self.runtime.critic.PPOCritic(critic_config, engine)
 
     def _trajectory(
         self, batch: StepBatch, row: int, position: int, n: int, width: int
     ) -> dict[str, torch.Tensor]:
-        """Row ``row`` as the rollout workflow hands it over, one prompt token first; its
-        token ids say where it sits (``_Leaves``)."""
+        """Row ``row`` as the rollout workflow hands it over, ``PROMPT`` prompt tokens
+        first; its token ids say where it sits (``_Leaves``)."""
         old = batch.old_log_probs.detach().to("cpu", torch.float32)
         ref = batch.ref_log_probs.detach().to("cpu", torch.float32)
         mask = batch.loss_mask.detach().to("cpu")
-        logprobs = torch.zeros((1, 1 + n), dtype=torch.float32)
-        logprobs[0, 1:] = old[row, :n]
-        loss_mask = torch.zeros((1, 1 + n), dtype=torch.int32)
-        loss_mask[0, 1:] = mask[row, :n].to(torch.int32)
-        ref_logp = torch.zeros((1, 1 + n), dtype=torch.float32)
-        ref_logp[0, :n] = ref[row, :n]
+        total = PROMPT + n
+        logprobs = torch.zeros((1, total), dtype=torch.float32)
+        logprobs[0, PROMPT:] = old[row, :n]
+        loss_mask = torch.zeros((1, total), dtype=torch.int32)
+        loss_mask[0, PROMPT:] = mask[row, :n].to(torch.int32)
+        ref_logp = torch.zeros((1, total), dtype=torch.float32)
+        ref_logp[0, PROMPT - 1 : PROMPT - 1 + n] = ref[row, :n]
         return {
-            "input_ids": (1 + position * width + torch.arange(1 + n)).reshape(1, -1),
-            "attention_mask": torch.ones((1, 1 + n), dtype=torch.bool),
+            "input_ids": (1 + position * width + torch.arange(total)).reshape(1, -1),
+            "attention_mask": torch.ones((1, total), dtype=torch.bool),
             "loss_mask": loss_mask,
             "logprobs": logprobs,
             "ref_logp": ref_logp,
@@ -390,11 +525,11 @@ def _response(
     dtype: torch.dtype,
 ) -> torch.Tensor:
     """A rolled per-trajectory field back in response coordinates and row order (rolled
-    column j is response token j)."""
+    column PROMPT - 1 + j is response token j)."""
     out = torch.zeros((len(order), columns), dtype=dtype)
     for position, row in enumerate(order):
         n = lengths[row]
-        out[row, :n] = scored[position][key][0, :n].to(dtype)
+        out[row, :n] = scored[position][key][0, PROMPT - 1 : PROMPT - 1 + n].to(dtype)
     return out
 
 

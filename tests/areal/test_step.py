@@ -23,7 +23,9 @@ pytestmark = needs_areal
 _ENGINE = "areal.engine.fsdp_engine"
 
 
-def _batch(lengths, masks, scores, groups, micro_batches, old=-1.0, ref=-1.0, delta=0.0):
+def _batch(
+    lengths, masks, scores, groups, micro_batches, old=-1.0, ref=-1.0, delta=0.0, critic=False
+):
     rows, width = len(lengths), max(lengths) + 1
     response = torch.zeros(rows, width)
     loss_mask = torch.zeros(rows, width)
@@ -42,6 +44,9 @@ def _batch(lengths, masks, scores, groups, micro_batches, old=-1.0, ref=-1.0, de
         log_probs=(old_lp + delta).requires_grad_(True),
         entropy=torch.ones(rows, width).requires_grad_(True),
         micro_batches=micro_batches,
+        # the critic's values at rollout and now: 0 everywhere
+        values=torch.zeros(rows, width) if critic else None,
+        vpreds=torch.zeros(rows, width).requires_grad_(True) if critic else None,
     )
 
 
@@ -130,6 +135,81 @@ def test_score_on_a_trailing_tool_token_is_lost(areal):
     out = areal.train_step(batch, _config(areal, "default"))
     assert out.stages["token_rewards"][0, :2].tolist() == pytest.approx([0.0, 1.0])
     assert out.stages["advantages"][0, 0].item() == 0.0  # correct: 1.0
+
+
+def test_ppo_critic_config_is_gsm8k_ppo_read_off_areal_configs(areal):
+    cfg = _config(areal, "ppo_critic").resolved
+    # adv_norm batch / batch (unbiased, NormConfig's default), discount = gae_lambda = 1,
+    # the critic's eps_clip 0.5 (PPOCriticConfig's default, as gsm8k_ppo.yaml sets it)
+    assert (cfg["estimator"], cfg["critic"], cfg["whiten_advantages"]) == ("gae", True, True)
+    assert (cfg["gamma"], cfg["lam"], cfg["cliprange_value"]) == (1.0, 1.0, 0.5)
+    assert (cfg["clip_low"], cfg["kl_in_reward"]) == (0.4, False)
+
+
+def test_longest_sample_is_bootstrapped_from_the_critic_under_ppo_critic(areal):
+    # declared (step.update, ppo_critic; adv.gae's truncated_bootstrap): scores 1 and 0,
+    # lengths 2 and 1, every value 0 except the critic's value after a sample's last token
+    # (the stand-in critic's AFTER_VALUE, 1.0). Both samples ended with EOS, so a correct
+    # chain gives returns [1, 1] and [0] (gamma = lambda = 1); AReaL pads to the longest
+    # trajectory and bootstraps sample 0 from values[:, W - 1] = 1.0: returns [2, 2].
+    # The value loss is 0.5 x the mean squared error over the 3 action tokens (vpreds 0,
+    # inside the clip band): correct 0.5 * (1 + 1 + 0) / 3 = 1/3, AReaL's 0.5 * 8 / 3 = 4/3;
+    # d/d vpred = (v - R) / 3: AReaL's -2/3 on sample 0's tokens (correct: -1/3).
+    from rlconform.adapters.areal.step import AFTER_VALUE
+
+    assert AFTER_VALUE == 1.0
+    batch = _batch([2, 1], [[1, 1], [1]], [1.0, 0.0], ["g", "h"], [[0, 1]], critic=True)
+    out = areal.train_step(batch, _config(areal, "ppo_critic"))
+    assert out.stages["returns"][0, :2].tolist() == pytest.approx([2.0, 2.0])
+    assert out.stages["returns"][1, 0].item() == pytest.approx(0.0)
+    assert out.value_loss == pytest.approx(4 / 3, rel=1e-5)
+    assert batch.vpreds.grad[0, :2].tolist() == pytest.approx([-2 / 3, -2 / 3], rel=1e-5)
+    assert batch.vpreds.grad[1, 0].item() == pytest.approx(0.0, abs=1e-7)
+    # the whitened advantages are scale-free here (mean 4/3, unbiased std 1.1547 over
+    # [2, 2, 0] are those of [1, 1, 0] doubled): +-0.57735 / -1.15470 either way
+    std = math.sqrt(4 / 3)
+    assert out.stages["advantages"][0, :2].tolist() == pytest.approx(
+        [(2 / 3) / (std + 1e-5)] * 2, rel=1e-5
+    )
+
+
+def test_ppo_critic_step_matches_the_contract_without_the_bootstrap(areal, monkeypatch):
+    # The binding itself is right: with the critic's value after the last token at 0 (the
+    # bootstrap then adds nothing), the step is the contract's: the same case gives
+    # returns [1, 1] / [0], value loss 1/3, d/d vpred -1/3 on sample 0's tokens, and the
+    # whitened advantages (1/3, 1/3, -2/3) / (unbiased std 0.57735 + 1e-5)
+    monkeypatch.setattr("rlconform.adapters.areal.step.AFTER_VALUE", 0.0)
+    batch = _batch([2, 1], [[1, 1], [1]], [1.0, 0.0], ["g", "h"], [[0, 1]], critic=True)
+    out = areal.train_step(batch, _config(areal, "ppo_critic"))
+    assert out.stages["returns"][0, :2].tolist() == pytest.approx([1.0, 1.0])
+    assert out.value_loss == pytest.approx(1 / 3, rel=1e-5)
+    assert batch.vpreds.grad[0, :2].tolist() == pytest.approx([-1 / 3, -1 / 3], rel=1e-5)
+    std = math.sqrt(1 / 3)
+    assert out.stages["advantages"][1, 0].item() == pytest.approx((-2 / 3) / (std + 1e-5), rel=1e-5)
+
+
+def test_ppo_critic_step_passes_but_for_declared_breaks_without_the_bootstrap(areal, monkeypatch):
+    """The critic binding on every generated case: with the critic's value after the last
+    token at 0 (the bootstrap then adds nothing) and the entry declaring the bootstrap
+    removed, step.update under ppo_critic fails nowhere but in the other declared breaks
+    (a trailing tool token, the unclamped ratio, non-finite padding, empty batches)."""
+    from rlconform.adapters.base import with_overrides
+    from tests.conftest import certify_one
+
+    monkeypatch.setattr("rlconform.adapters.areal.step.AFTER_VALUE", 0.0)
+    configs = [_config(areal, "ppo_critic")]
+    target = with_overrides(areal, trainer_configs=lambda self: configs)
+    # the step.update entries of every config (the bootstrap's names ppo_critic; the
+    # mask_no_eos one names a config that does not run here)
+    target.deviations = {
+        "step.update": [d for d in areal.deviations["step.update"] if not d.configs]
+    }
+    result = certify_one(target, "step.update", grading=False)
+    assert result.status in ("pass", "deviation"), result.message
+    # and with the bootstrap's AFTER_VALUE (the module's 1.0) the same run fails
+    monkeypatch.setattr("rlconform.adapters.areal.step.AFTER_VALUE", 1.0)
+    failed = certify_one(target, "step.update", grading=False)
+    assert failed.status == "fail" and failed.check in ("advantages", "returns"), failed.message
 
 
 def test_batch_without_a_loss_token_raises(areal):
