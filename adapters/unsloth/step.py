@@ -26,6 +26,7 @@ of them (inexpressible through the stand-in model). Unsloth logs no policy loss 
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -43,6 +44,11 @@ UNSLOTH_STEP_CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     # set explicitly: epsilon_high 0.28, mask_truncated_completions True
     ("dapo", {"loss_type": "dapo"}),
     ("two_iterations", {"num_iterations": 2}),
+    # Unsloth's own memory chunking (unsloth_num_chunks is ignored on 2026.10: always one
+    # chunk). unsloth_grpo_mini_batch counts the forward's mini-batches (ceil(rows / it)
+    # rows each; above the micro-batch's rows, one row each), the logit chunk multiplier
+    # splits the log-softmax
+    ("row_mini_batches", {"unsloth_grpo_mini_batch": 64, "unsloth_logit_chunk_multiplier": 2}),
 )
 
 STEP_METRIC_NAMES = {
@@ -62,7 +68,15 @@ class UnslothStepOps(trl_step.StepOps):
     zoo: Any
 
     def _step_config(self, **fields: Any) -> Any:
-        return accumulated.configure(self.shell.config(**config.resolve(fields)))
+        """The shell's ``GRPOConfig`` as ``UnslothGRPOConfig`` resolves ``fields``, with
+        UnslothGRPOConfig's own fields (``unsloth_*``, set on the instance)."""
+        own = {k: fields.pop(k) for k in list(fields) if k in accumulated.UNSLOTH_CONFIG}
+        args = accumulated.configure(self.shell.config(**config.resolve(fields)))
+        if own:
+            args = copy.copy(args)  # the shell caches its configs: never set fields on one
+            for name, value in own.items():
+                setattr(args, name, value)
+        return args
 
     def _micro_batch_loss(
         self, trainer: Any, inputs: dict[str, Any], logps: torch.Tensor, entropies: torch.Tensor

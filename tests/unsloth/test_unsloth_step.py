@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from tests.step import by_hand as h
 from tests.unsloth.conftest import needs_unsloth
@@ -24,7 +25,15 @@ def _k3(d: float) -> float:
 
 def test_configs_are_resolved_as_unsloth_resolves_them(unsloth):
     configs = {c.name: c.resolved for c in unsloth.trainer_configs()}
-    assert list(configs) == ["default", "grpo_kl", "bnpo", "dr_grpo", "dapo", "two_iterations"]
+    assert list(configs) == [
+        "default",
+        "grpo_kl",
+        "bnpo",
+        "dr_grpo",
+        "dapo",
+        "two_iterations",
+        "row_mini_batches",
+    ]
     assert configs["default"]["loss_agg_mode"] == "token-mean"
     assert configs["default"]["kl_loss"] is False and configs["default"]["clip_high"] == 0.2
     # loss_type bnpo alone: Unsloth's beta 0.001 turns a KL term on (TRL's default is 0)
@@ -87,6 +96,39 @@ def test_every_config_matches_the_oracle_on_an_ordinary_batch(unsloth):
         grads = batch.log_probs.grad
         for i, row in enumerate(want["grad_logp"]):
             assert grads[i, : len(row)].tolist() == pytest.approx(row, rel=1e-4, abs=1e-6)
+
+
+def test_row_mini_batches_run_the_forward_one_row_at_a_time(unsloth, monkeypatch):
+    """row_mini_batches (unsloth_grpo_mini_batch 64 mini-batches, capped at the rows: one
+    row each; unsloth_logit_chunk_multiplier 2): grpo_accumulated_loss calls the model once
+    per row, and the step is the default config's (the chunking is memory only)."""
+    from rlconform.adapters.unsloth import accumulated
+
+    rows: list[int] = []
+    forward = accumulated.HiddenStatesModel.forward
+
+    def spy(self, input_ids, *args, **kwargs):
+        rows.append(int(input_ids.shape[0]))
+        return forward(self, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(accumulated.HiddenStatesModel, "forward", spy)
+    case = h.case(
+        [
+            h.sample("s0", [1, 1, 1], 1.0, delta=0.1),
+            h.sample("s1", [1, 1], 0.0, delta=-0.2),
+            h.sample("s2", [1], 0.5),
+            h.sample("s3", [1, 1], 0.2),
+        ],
+        [2, 2],
+    )
+    chunked, batch, want = h.run(unsloth, "row_mini_batches", case)
+    assert rows and set(rows) == {1}
+    rows.clear()
+    plain, plain_batch, _ = h.run(unsloth, "default", case)
+    assert max(rows) == 2  # the default sizes the mini-batch to the micro-batch
+    assert chunked.loss == pytest.approx(plain.loss, rel=1e-6)
+    assert chunked.loss == pytest.approx(want["loss"], rel=1e-5)
+    assert torch.allclose(batch.log_probs.grad, plain_batch.log_probs.grad, rtol=1e-6)
 
 
 def test_bnpo_divides_each_micro_batch_by_its_own_tokens(unsloth):
