@@ -62,6 +62,9 @@ STEP_SETTINGS: dict[str, Any] = {
     # the returns for REINFORCE++), as ROLL's whiten_advantages=False
     "whiten_advantages": True,
     "value_loss_scale": 0.5,
+    # the critic's aggregation mode; None: the actor's loss_agg_mode (verl's critic has its
+    # own loss_agg_mode, SkyRL's critic loss is always a mean over sequences)
+    "critic_loss_agg_mode": None,
     "micro_batch_size": 2,
     "dp_size": 1,
     # the trainer keeps no rollout log-probs: its old log-probs are the current policy's,
@@ -87,6 +90,11 @@ def resolve(settings: Mapping[str, Any]) -> dict[str, Any]:
         raise ContractError(CLAUSE, f"policy loss {resolved['policy_loss']!r} has no step oracle")
     if resolved["estimator"] == "gae" and not resolved["critic"]:
         raise ContractError(CLAUSE, "estimator gae needs a critic (critic = true)")
+    critic_mode = resolved["critic_loss_agg_mode"]
+    if critic_mode is not None and critic_mode not in agg_oracle.MODES:
+        raise ContractError(
+            CLAUSE, f"critic_loss_agg_mode {critic_mode!r}: one of {agg_oracle.MODES} or None"
+        )
     if not resolved["whiten_advantages"] and resolved["estimator"] not in ("gae", "reinforce_pp"):
         raise ContractError(
             CLAUSE, f"whiten_advantages = false has no step oracle for {resolved['estimator']}"
@@ -321,12 +329,12 @@ def policy_terms(
 def value_terms(
     samples: Sequence[Mapping[str, Any]], return_rows: list[list[float]], cfg: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The critic's loss (loss.value_clip aggregated like the actor's) and its gradient with
-    respect to the current values."""
+    """The critic's loss (loss.value_clip aggregated in ``critic_loss_agg_mode``, by default
+    like the actor's) and its gradient with respect to the current values; ``value_weights``
+    the aggregation's per-token weights."""
     masks = [list(s["mask"]) for s in samples]
-    weights = agg_oracle.aggregate_gradient(
-        masks, cfg["loss_agg_mode"], norm_length=cfg["norm_length"]
-    )
+    mode = cfg.get("critic_loss_agg_mode") or cfg["loss_agg_mode"]
+    weights = agg_oracle.aggregate_gradient(masks, mode, norm_length=cfg["norm_length"])
     rows, flags, grads = [], [], []
     opts = {"clip": cfg["cliprange_value"], "scale": cfg["value_loss_scale"]}
     for s, ret, w in zip(samples, return_rows, weights):
@@ -340,10 +348,11 @@ def value_terms(
                 s["vpreds"], ret, s["values"], s["mask"], w, uid=s["uid"], **opts
             )
         )
-    value_loss = _agg(rows, masks, cfg)
+    value_loss = agg_oracle.aggregate(rows, masks, mode, norm_length=cfg["norm_length"])
     return {
         "value_loss": value_loss,
         "grad_vpreds": grads,
+        "value_weights": weights,
         "metrics": {
             "value_loss": value_loss,
             "value_clip_fraction": loss_oracle.clip_fraction(flags, masks),

@@ -194,7 +194,8 @@ class StepOps:
                     cliprange_value=cfg["cliprange_value"],
                     scale=cfg["value_loss_scale"],  # the trainer config's, not the profile's
                 )
-                v = self.agg_loss(vl, m, cfg["loss_agg_mode"], **agg)
+                critic_mode = cfg["critic_loss_agg_mode"] or cfg["loss_agg_mode"]
+                v = self.agg_loss(vl, m, critic_mode, **agg)
                 v.backward()
                 value_loss = value_loss + v.detach()
                 sums["vclipped"] += float(v_metrics["vf_clipfrac"]) * n_tokens

@@ -802,6 +802,7 @@ def _check_critic(
     """The value loss and its gradient with respect to the critic's current values."""
     samples = case["samples"]
     critic = [oracle.value_terms(samples, returns, c) for c in _nudged(cfg)]
+    weights = critic[0]["value_weights"]  # the critic's own aggregation (critic_loss_agg_mode)
     v_scale = [
         [
             (abs(v) + abs(r) + abs(o) + 1) ** 2 if m else 0.0

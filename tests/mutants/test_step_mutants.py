@@ -557,3 +557,37 @@ def test_a_definitional_finding_under_an_unbound_option_keeps_its_kind(unbound):
         assert "rollout.calculate_log_probs=True" in result.consequence_basis
     else:
         assert result.consequence == "unreached", result.consequence_basis
+
+
+def _critic_in_its_own_mode(self):
+    """torchref's configs with a critic, the critic aggregating over sequences."""
+    from rlconform.conformance.trainer_config import TrainerConfig
+
+    return [
+        TrainerConfig(
+            "gae_critic_seq_mean",
+            {"estimator": "gae", "critic": True, "critic_loss_agg_mode": "seq-mean-token-mean"},
+        )
+    ]
+
+
+def _critic_in_the_actors_mode(orig, batch, config, state=None):
+    """The critic aggregated like the actor (token-mean), whatever the config says."""
+    settings = {**config.settings, "critic_loss_agg_mode": None}
+    return orig.train_step(batch, dataclasses.replace(config, settings=settings), state)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_critic_aggregating_in_the_wrong_mode_is_caught_at_the_value_loss(broken):
+    """step.update's critic_loss_agg_mode: torchref honours it; a critic that aggregates like
+    the actor instead fails at the value loss."""
+    ops = {"trainer_configs": _critic_in_its_own_mode}
+    if broken:
+        ops["train_step"] = _critic_in_the_actors_mode
+    target = m.mutant("critic-mode", **ops)
+    report = certify(target, select("step.update"), get_run_profile("ci"), seed=0)
+    (result,) = report.clauses
+    if broken:
+        assert (result.status, result.check) == ("fail", "value_loss"), result.message
+    else:
+        assert result.status == "pass", result.message
