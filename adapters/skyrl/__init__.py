@@ -10,9 +10,9 @@ trainer's ``compute_advantages_and_returns``, and the PPO clip / dual clip / GSP
 critic losses through the registry the workers use, and the loss aggregation (the
 trainer's advantage pre-scaling, ``reduce_loss``, the dp-size factor), and the training
 step (``step.py``: ``RayPPOTrainer.train``'s chain on one rollout batch through the policy
-worker's ``forward_backward``, under ``SkyRLTrainConfig()`` and named configs). Not bound
-yet: the critic in the step, dp size > 1 and mini-batches in the step, the step's logged
-metrics, step-wise trajectories, SAPO / DPPO / rollout-IS.
+worker's ``forward_backward`` and, under ``ppo_critic``, the critic worker's, under
+``SkyRLTrainConfig()`` and named configs). Not bound yet: dp size > 1 and mini-batches in
+the step, the step's logged metrics, step-wise trajectories, SAPO / DPPO / rollout-IS.
 """
 
 from __future__ import annotations

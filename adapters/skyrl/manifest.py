@@ -113,10 +113,14 @@ BINDINGS: dict[str, dict[str, object]] = {
             f"{_TRAINER}.train_critic_and_policy",
             "skyrl.backends.skyrl_train.distributed.dispatch.MeshDispatch.stage_chunks",
             "skyrl.backends.skyrl_train.workers.worker.PolicyWorkerBase.forward_backward",
+            "skyrl.backends.skyrl_train.workers.worker.CriticWorkerBase.forward_backward",
+            "skyrl.backends.skyrl_train.workers.worker.CriticWorkerBase.optim_step",
         ],
         "path": "RayPPOTrainer.train steps 1.2-7 on one rollout batch (one mini-batch, dp "
         "size 1); the worker's micro-batches, policy loss, KL and entropy terms and backward; "
-        "the model forward, Ray and the optimizer stood in",
+        "with a critic (ppo_critic) the critic worker's micro-batches, ppo_critic_loss, "
+        "backward and optim_step's 1 / micro-batches first; the model forward, Ray and the "
+        "optimizer stood in",
     },
     "value_loss": {
         "functions": [f"{_UTILS}.ppo_critic_loss"],

@@ -29,6 +29,13 @@ Ray, the inference engines and the dataloaders):
    ``backward`` is ``loss.backward()`` and records the loss; ``optim_step`` is a no-op (the
    harness reads the gradients).
 
+With a critic (``ppo_critic``: ``trainer.critic.model.path`` set, GAE) the critic's two
+calls run too: its forward in ``fwd_logprobs_values_reward`` answers the batch's
+rollout-time values, and ``train_critic_and_policy`` trains it first through the real
+``CriticWorkerBase.forward_backward`` (``ppo_critic_loss`` per micro-batch) and
+``optim_step`` (the accumulated gradient times 1 / micro-batches) on a stand-in model whose
+output, and whose one parameter, is the batch's leaf current values (``_ValueModel``).
+
 Shim (the worker moves its micro-batch to ``torch.cuda.current_device()``, which raises on
 a machine without CUDA): ``torch.cuda.current_device`` answers ``"cpu"`` for the duration of
 the step (``_cpu_device``).
@@ -79,24 +86,33 @@ SKYRL_STEP_CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("clip_higher", {"eps_clip_high": 0.28, "use_kl_loss": False}),
     ("entropy_bonus", {"use_entropy_loss": True, "entropy_loss_coef": 0.01, "use_kl_loss": False}),
     ("kl_in_reward", {"use_kl_in_reward": True, "use_kl_loss": False, "kl_estimator_type": "k1"}),
+    # PPO with a critic: GAE (gamma = lambda = 1, SkyRL's defaults), the critic's
+    # ppo_critic_loss with value_clip 0.2 (``critic``: trainer.critic.model.path is set)
+    ("ppo_critic", {"advantage_estimator": "gae", "use_kl_loss": False, "critic": True}),
 )
+
+# trainer.critic.model.path of a config with a critic: has_critic reads only that it is set
+CRITIC_PATH = "rlconform-stand-in-critic"
 
 _REDUCTIONS = {
     "token_mean": "token-mean",
     "sequence_mean": "seq-mean-token-mean",
     "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
 }
-_ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce++": "reinforce_pp"}
+_ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce++": "reinforce_pp", "gae": "gae"}
 _POLICY_LOSSES = ("regular", "dual_clip")
 
 
-def contract_settings(algorithm: Any) -> dict[str, Any]:
-    """The contract settings (``oracle.step.STEP_SETTINGS``) a ``trainer.algorithm`` runs."""
+def contract_settings(algorithm: Any, critic: bool = False) -> dict[str, Any]:
+    """The contract settings (``oracle.step.STEP_SETTINGS``) a ``trainer.algorithm`` runs
+    (``critic``: the config trains a critic)."""
     estimator = _ESTIMATORS.get(algorithm.advantage_estimator)
     if estimator is None:
         raise SetupError(
             f"SkyRL advantage_estimator {algorithm.advantage_estimator!r} has no step binding"
         )
+    if (estimator == "gae") != critic:
+        raise SetupError("the SkyRL step binds GAE with a critic and the others without one")
     if algorithm.policy_loss_type not in _POLICY_LOSSES:
         raise SetupError(
             f"SkyRL policy_loss_type {algorithm.policy_loss_type!r} has no step binding"
@@ -112,7 +128,22 @@ def contract_settings(algorithm: Any) -> dict[str, Any]:
     if algorithm.temperature not in (None, 1.0):
         raise SetupError("a sampling temperature other than 1 has no step binding")
     kl_coef = float(algorithm.kl_loss_coef)
-    extra = {"gamma": float(algorithm.gamma)} if estimator == "reinforce_pp" else {}
+    extra: dict[str, Any] = {"gamma": float(algorithm.gamma)} if estimator == "reinforce_pp" else {}
+    if critic:
+        # compute_gae_advantage_return whitens (masked_whiten); ppo_critic_loss is 0.5 x the
+        # larger squared error, values clipped by value_clip (None: unclipped)
+        extra = {
+            "gamma": float(algorithm.gamma),
+            "lam": float(algorithm.lambd),
+            "whiten_advantages": True,
+            "cliprange_value": (
+                None if algorithm.value_clip is None else float(algorithm.value_clip)
+            ),
+            "value_loss_scale": 0.5,
+            # ppo_critic_loss: masked_mean(loss, loss_mask, dim=-1).mean(), whatever
+            # loss_reduction says (CriticWorkerBase.optim_step averages the micro-batches)
+            "critic_loss_agg_mode": "seq-mean-token-mean",
+        }
     return {
         **extra,
         "estimator": estimator,
@@ -135,7 +166,7 @@ def contract_settings(algorithm: Any) -> dict[str, Any]:
         "norm_length": (
             float(algorithm.max_seq_len) if mode == "seq-mean-token-sum-norm" else None
         ),
-        "critic": False,
+        "critic": critic,
         "on_policy": False,  # fwd_logprobs_values_reward computes the old log-probs
     }
 
@@ -178,8 +209,30 @@ class _Model(torch.nn.Module):
         return logp.float(), {"entropy": full.float()}
 
 
+class _ValueModel(torch.nn.Module):
+    """The critic: for each sequence, the batch's leaf current values (``vpreds``) of the
+    sample its prompt token names, right-aligned (``values`` (B, num_actions), as SkyRL's
+    critic wrapper returns them). Its parameters are that leaf: ``CriticWorkerBase.
+    optim_step`` scales their gradients (by 1 / the micro-batches accumulated)."""
+
+    def __init__(self, rows: list[int], lengths: list[int], vpreds: Any):
+        super().__init__()
+        self.rows, self.lengths, self.vpreds = rows, lengths, vpreds
+
+    def forward(self, sequences: torch.Tensor, num_actions: int, **_: Any) -> Any:
+        data_rows = [self.rows[p] for p in _positions(sequences)]
+        index = torch.tensor(data_rows, dtype=torch.long)
+        layout = RightAligned([self.lengths[r] for r in data_rows], num_actions)
+        values = layout.to_skyrl(self.vpreds[:, :num_actions].index_select(0, index))
+        return values.float(), {}
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.Tensor]:
+        yield self.vpreds
+
+
 class _Strategy:
-    """``strategy.backward`` is the plain backward; metrics all-reduce over one rank."""
+    """``strategy.backward`` is the plain backward; metrics all-reduce over one rank; the
+    optimizer step is a no-op (the harness reads the gradients)."""
 
     def __init__(self, losses: list[float]):
         self.losses = losses
@@ -187,6 +240,9 @@ class _Strategy:
     def backward(self, loss: torch.Tensor, model: Any, optimizer: Any) -> None:
         loss.backward()
         self.losses.append(float(loss.detach()))
+
+    def optimizer_step(self, optimizer: Any, model: Any, scheduler: Any, name: str = "") -> None:
+        return None
 
     def all_reduce(self, data: Any, op: str = "mean", group: Any = None) -> Any:
         return data
@@ -218,11 +274,13 @@ def _cpu_device() -> Iterator[None]:
 
 
 class _Dispatch:
-    """``WorkerDispatch`` for one policy rank (module docstring)."""
+    """``WorkerDispatch`` for one policy rank and, with a critic, one critic rank (module
+    docstring)."""
 
-    def __init__(self, runtime: Any, worker: Any, old: Any, ref: Any):
-        self.runtime, self.worker = runtime, worker
+    def __init__(self, runtime: Any, worker: Any, old: Any, ref: Any, critic: Any = None):
+        self.runtime, self.worker, self.critic = runtime, worker, critic
         self.old, self.ref = old, ref
+        self.critic_steps: list[int] = []  # micro-batches each critic optim_step averaged
 
     def get_lcm_dp_size(self) -> int:
         return 1
@@ -235,23 +293,37 @@ class _Dispatch:
         with _no_object_store(dispatch):
             return dispatch.MeshDispatch.stage_chunks(1, data, boundaries)
 
-    def forward_backward_from_staged(self, model: str, chunk_refs: list[Any]) -> Any:
-        if model != "policy":
-            raise SetupError("the SkyRL step binding trains no critic yet")
-        (chunk,) = chunk_refs
-        return self.worker.forward_backward(chunk)
+    def _rank(self, model: str) -> Any:
+        worker = {"policy": self.worker, "critic": self.critic}.get(model)
+        if worker is None:
+            raise SetupError(f"the SkyRL step binding has no {model} worker")
+        return worker
 
-    def optim_step(self, model: str) -> None:
-        return None
+    def forward_backward_from_staged(self, model: str, chunk_refs: list[Any]) -> Any:
+        (chunk,) = chunk_refs
+        return self._rank(model).forward_backward(chunk)
+
+    def optim_step(self, model: str) -> Any:
+        """The worker's own ``optim_step`` (the critic's scales the accumulated gradients
+        by 1 / micro-batches; the policy's does not) on a no-op optimizer."""
+        worker = self._rank(model)
+        if model == "critic":
+            self.critic_steps.append(worker._micro_batches_accumulated)
+        return worker.optim_step()
 
 
 def _log_probs(trainer: Any, rows: list[int], lengths: list[int], batch: StepBatch) -> Any:
-    """``_execute_forward_pass`` of the policy and the reference model: the batch's old and
-    reference log-probs at the sequences' rows, right-aligned, one row per padded one."""
+    """``_execute_forward_pass`` of the policy, the reference model and the critic: the
+    batch's old and reference log-probs (rollout-time values) at the sequences' rows,
+    right-aligned, one row per padded one."""
 
     def forward(model: str, data: Any, key: str, mini_batch_boundaries: Any = None) -> torch.Tensor:
-        source = {"policy": batch.old_log_probs, "ref": batch.ref_log_probs}.get(model)
-        if source is None or key != "logprobs":
+        source = {
+            ("policy", "logprobs"): batch.old_log_probs,
+            ("ref", "logprobs"): batch.ref_log_probs,
+            ("critic", "values"): batch.values,
+        }.get((model, key))
+        if source is None:
             raise SetupError(f"the SkyRL step binding has no {model} forward for {key!r}")
         width = int(data.metadata["response_length"])
         positions = _positions(data["sequences"])
@@ -268,8 +340,6 @@ def _log_probs(trainer: Any, rows: list[int], lengths: list[int], batch: StepBat
 # operations SkyRL's trainer runs under options no step config covers (their findings are
 # unmeasured, not unreached: conformance.consequence.unbound)
 STEP_UNBOUND_OPS = {
-    "advantage_gae": "advantage_estimator='gae' with a critic (no critic in the step yet)",
-    "value_loss": "a critic (trainer.critic.model.path; no critic in the step yet)",
     "gspo_loss": "policy_loss_type='gspo' (the step oracle has the PPO clip loss only)",
     "cispo_loss": "policy_loss_type='cispo' (the step oracle has the PPO clip loss only)",
 }
@@ -286,6 +356,9 @@ class StepOps:
 
     def _step_cfg(self, fields: Mapping[str, Any]) -> Any:
         cfg = self.runtime.config.SkyRLTrainConfig()
+        fields = dict(fields)
+        if fields.pop("critic", False):
+            cfg.trainer.critic.model.path = CRITIC_PATH
         for key, value in fields.items():
             if not hasattr(cfg.trainer.algorithm, key):
                 raise SetupError(f"SkyRL's AlgorithmConfig has no field {key!r}")
@@ -301,7 +374,7 @@ class StepOps:
                 cached.append(
                     TrainerConfig(
                         name,
-                        contract_settings(algorithm),
+                        contract_settings(algorithm, bool(fields.get("critic"))),
                         native=_native(fields, algorithm),
                         source=f"skyrl {self.version} SkyRLTrainConfig()"
                         + (" with trainer.algorithm fields" if fields else ""),
@@ -335,15 +408,21 @@ class StepOps:
         prompts = rows // group_size
         cfg.trainer.train_batch_size = prompts
         cfg.trainer.policy_mini_batch_size = prompts
+        cfg.trainer.critic_mini_batch_size = prompts
         cfg.trainer.micro_train_batch_size_per_gpu = sizes[0]
         cfg.generator.n_samples_per_prompt = group_size
         algorithm = cfg.trainer.algorithm
-        settings = contract_settings(algorithm)
+        critic = bool(fields.get("critic"))
+        settings = contract_settings(algorithm, critic)
         if settings != {k: config.resolved[k] for k in settings}:
             raise SetupError(f"SkyRL config {config.name!r}: settings differ at this batch")
         losses: list[float] = []
+        value_losses: list[float] = []
         worker = self._worker(cfg, order, lengths, batch, losses)
-        trainer = self._trainer(cfg, worker, batch)
+        critic_worker = (
+            self._critic_worker(cfg, order, lengths, batch, value_losses) if critic else None
+        )
+        trainer = self._trainer(cfg, worker, batch, critic_worker)
         trainer._execute_forward_pass = _log_probs(trainer, order, lengths, batch)
         masks = [[int(x) for x in batch.loss_mask[i, : lengths[i]].tolist()] for i in range(rows)]
         scores = [float(s) for s in batch.scores.detach().to("cpu", torch.float64).tolist()]
@@ -382,7 +461,13 @@ class StepOps:
             if algorithm.use_kl_in_reward
             else {}
         )
-        return StepOutput(loss=sum(losses), stages=canonical, state=kl)
+        value_loss = None
+        if critic:
+            # the loss whose gradient the critic's optim_step applies: the micro-batch losses
+            # back-propagated, each step's averaged over the micro-batches it accumulated
+            (accumulated,) = trainer.dispatch.critic_steps
+            value_loss = sum(value_losses) / max(accumulated, 1)
+        return StepOutput(loss=sum(losses), stages=canonical, state=kl, value_loss=value_loss)
 
     def _worker(
         self, cfg: Any, order: list[int], lengths: list[int], batch: StepBatch, losses: list[float]
@@ -405,7 +490,28 @@ class StepOps:
         worker.device_mesh = types.SimpleNamespace(get_group=lambda name: None)
         return worker
 
-    def _trainer(self, cfg: Any, worker: Any, batch: StepBatch) -> Any:
+    def _critic_worker(
+        self, cfg: Any, order: list[int], lengths: list[int], batch: StepBatch, losses: list[float]
+    ) -> Any:
+        """``CriticWorkerBase`` without ``__init__``: what ``forward_backward`` and
+        ``optim_step`` read (``critic_loss_fn`` is the ``ppo_critic_loss`` its ``__init__``
+        sets)."""
+        worker = object.__new__(self.runtime.worker.CriticWorkerBase)
+        worker.cfg = cfg.trainer
+        worker.model = _ValueModel(order, lengths, batch.vpreds)
+        worker.optimizer = None
+        worker.strategy = _Strategy(losses)
+        worker.record_memory = False
+        worker.critic_loss_fn = self.runtime.ppo_utils.ppo_critic_loss
+        worker._micro_batches_accumulated = 0
+        worker.mesh_rank = self.runtime.dispatch.MeshRank(
+            dp=0, sp=0, tp=0, pp=0, world_size=1, dp_size=1, pp_size=1
+        )
+        worker.scheduler = types.SimpleNamespace(get_last_lr=lambda: [0.0])
+        worker.device_mesh = types.SimpleNamespace(get_group=lambda name: None)
+        return worker
+
+    def _trainer(self, cfg: Any, worker: Any, batch: StepBatch, critic: Any = None) -> Any:
         """``RayPPOTrainer`` without ``__init__``: what the step's methods read."""
         trainer = object.__new__(self.runtime.trainer.RayPPOTrainer)
         trainer.cfg = cfg
@@ -421,7 +527,9 @@ class StepOps:
             if algorithm.use_kl_in_reward
             else None
         )
-        trainer.dispatch = _Dispatch(self.runtime, worker, batch.old_log_probs, batch.ref_log_probs)
+        trainer.dispatch = _Dispatch(
+            self.runtime, worker, batch.old_log_probs, batch.ref_log_probs, critic
+        )
         return trainer
 
 

@@ -142,3 +142,47 @@ def test_reinforce_pp_whitens_over_tool_tokens_in_the_step(skyrl):
     output, _, want = h.run(skyrl, "reinforce_pp", case)
     assert output.stages["advantages"][0, 0].item() == pytest.approx(-0.866, abs=1e-3)
     assert want["advantages"][0][0] == pytest.approx(-0.577, abs=1e-3)
+
+
+def test_ppo_critic_config_is_gae_with_skyrls_critic(skyrl):
+    cfg = {c.name: c.resolved for c in skyrl.trainer_configs()}["ppo_critic"]
+    # advantage_estimator gae at gamma = lambda = 1 (SkyRLTrainConfig's), value_clip 0.2,
+    # ppo_critic_loss's 0.5 and its mean over sequences whatever loss_reduction says
+    assert (cfg["estimator"], cfg["critic"], cfg["whiten_advantages"]) == ("gae", True, True)
+    assert (cfg["gamma"], cfg["lam"], cfg["cliprange_value"]) == (1.0, 1.0, 0.2)
+    assert (cfg["loss_agg_mode"], cfg["critic_loss_agg_mode"]) == (
+        "token-mean",
+        "seq-mean-token-mean",
+    )
+    assert cfg["value_loss_scale"] == 0.5
+
+
+def test_the_critic_loss_is_a_mean_over_sequences(skyrl):
+    """ppo_critic's critic_loss_agg_mode: one micro-batch, s0 one token rewarded 1, s1 three
+    tokens rewarded 0 (other group), values and current values 0 (inside the clip band):
+    the returns are [1] and [0, 0, 0], and ppo_critic_loss is 0.5 x the mean over the two
+    sequences of their token means of (v - R)^2 = 0.5 (1 + 0) / 2 = 0.25 (the actor's
+    token mean would give 0.5 x 1 / 4 = 0.125); d/dv at s0's token 0.5 x 2 (0 - 1) / 2."""
+    case = h.case([h.sample("s0", [1], 1.0), h.sample("s1", [1, 1, 1], 0.0, group="g1")], [2])
+    output, batch, want = h.run(skyrl, "ppo_critic", case)
+    assert output.value_loss == pytest.approx(0.25, rel=1e-6)
+    assert want["value_loss"] == pytest.approx(0.25, rel=1e-9)
+    assert batch.vpreds.grad[0, 0].item() == pytest.approx(-0.5, rel=1e-6)
+    assert batch.vpreds.grad[1, :3].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_the_critic_averages_micro_batches_alike(skyrl):
+    """Declared (step.update value loss and gradient under ppo_critic, uneven_shards):
+    CriticWorkerBase.optim_step scales the gradient by 1 / micro-batches. Three one-token
+    samples of one group rewarded 1, 0, 0 in micro-batches [s0, s1], [s2] (the last one
+    shorter): SkyRL's loss is the mean of 0.5 (1 + 0) / 2 and 0, = 0.125, and d/dv at s0 is
+    0.5 x 2 (0 - 1) / 2 / 2 = -0.25; the mean over the three sequences is 0.5 / 3 = 0.1667
+    with d/dv -1/3."""
+    case = h.case(
+        [h.sample("s0", [1], 1.0), h.sample("s1", [1], 0.0), h.sample("s2", [1], 0.0)], [2, 1]
+    )
+    output, batch, want = h.run(skyrl, "ppo_critic", case)
+    assert output.value_loss == pytest.approx(0.125, rel=1e-6)
+    assert batch.vpreds.grad[0, 0].item() == pytest.approx(-0.25, rel=1e-6)
+    assert want["value_loss"] == pytest.approx(0.5 / 3, rel=1e-9)
+    assert want["grad_vpreds"][0][0] == pytest.approx(-1 / 3, rel=1e-9)
