@@ -721,13 +721,6 @@ _PPO_EXAMPLES = (
         "pad_value": NAN,
         "extra_pad": 2,
     },
-    {
-        "clip_low": 0.2,
-        "clip_high": 0.2,
-        "samples": _BEYOND_CLAMP_SAMPLES,
-        "pad_value": 0.0,
-        "extra_pad": 1,
-    },
     # Asymmetric eps: one token clipped above, one below, then 3 unclipped; clipfrac 2/5.
     {
         "clip_low": 0.1,
@@ -754,6 +747,13 @@ _PPO_EXAMPLES = (
         "extra_pad": 1,
     },
     _zero_width(clip_low=0.2, clip_high=0.2),
+    {
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "samples": _BEYOND_CLAMP_SAMPLES,
+        "pad_value": 0.0,
+        "extra_pad": 1,
+    },
 )
 
 _LN2, _LN4 = math.log(2.0), math.log(4.0)
