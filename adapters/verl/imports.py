@@ -42,10 +42,21 @@ class _Unavailable:
         return cls
 
 
+def _placeholder_attribute(attr: str) -> type:
+    """A name imported from the placeholder is ``_Unavailable``; a dunder the module does
+    not set (``__file__``, ``__version__``) is missing, as on a real module: code that
+    walks ``sys.modules`` while verl imports (``inspect.getmodule``, which torch's
+    ``library.register_fake`` calls, e.g. from peft 0.22's import) must not take the
+    placeholder for a string."""
+    if attr.startswith("__") and attr.endswith("__"):
+        raise AttributeError(attr)
+    return _Unavailable
+
+
 def _placeholder_module(name: str) -> types.ModuleType:
     module = types.ModuleType(name, "rlconform placeholder for a missing optional verl service")
     module.__path__ = []  # a package, so `from fastapi.responses import ...` resolves
-    module.__getattr__ = lambda attr: _Unavailable  # type: ignore[method-assign]
+    module.__getattr__ = _placeholder_attribute  # type: ignore[method-assign]
     return module
 
 
