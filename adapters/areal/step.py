@@ -133,8 +133,6 @@ def _critic_settings(config: Any, critic: Any) -> dict[str, Any]:
         raise SetupError(f"adv_norm {norm} has no step oracle (unbiased batch whitening only)")
     if norm is not None and norm.eps != 1e-5:
         raise SetupError(f"adv_norm eps {norm.eps} differs from the profile's whiten_std_eps")
-    if critic.mask_no_eos_with_zero:
-        raise SetupError("the critic's mask_no_eos_with_zero has no step binding")
     return {
         "estimator": "gae",
         "gamma": float(config.discount),
