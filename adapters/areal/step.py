@@ -55,6 +55,7 @@ from typing import Any
 import torch
 
 from rlconform.adapters.areal.advantage import _group_order
+from rlconform.adapters.areal.manifest import PROFILE
 from rlconform.adapters.base import Inexpressible, SetupError
 from rlconform.adapters.step_io import StepBatch, StepOutput
 from rlconform.conformance.trainer_config import TrainerConfig
@@ -131,8 +132,11 @@ def _critic_settings(config: Any, critic: Any) -> dict[str, Any]:
         True,
     ):
         raise SetupError(f"adv_norm {norm} has no step oracle (unbiased batch whitening only)")
-    if norm is not None and norm.eps != 1e-5:
-        raise SetupError(f"adv_norm eps {norm.eps} differs from the profile's whiten_std_eps")
+    profile_eps = PROFILE.extra["whiten_std_eps"]  # the step oracle's whitening epsilon
+    if norm is not None and norm.eps != profile_eps:
+        raise SetupError(
+            f"adv_norm eps {norm.eps} differs from the profile's whiten_std_eps {profile_eps}"
+        )
     return {
         "estimator": "gae",
         "gamma": float(config.discount),
@@ -221,7 +225,7 @@ class _ValueModel(torch.nn.Module):
         self.leaves = leaves
 
     def forward(self, input_ids: torch.Tensor, **_: Any) -> Any:
-        values, _ = self.leaves.gather(input_ids)
+        values = self.leaves.values(input_ids)
         return types.SimpleNamespace(logits=(values + self.anchor).reshape(1, -1, 1))
 
 
@@ -244,50 +248,56 @@ def _process_group() -> None:
 
 
 class _Leaves:
-    """The batch's leaf log-probs and entropies, read at the engine's packed positions.
+    """The batch's leaf log-probs and entropies (or the critic's values alone), read at the
+    engine's packed positions.
 
     Trajectory ``r`` (the data row) has token ids ``1 + r * width + c`` at its raw columns
     c (0 is padding); the rolled log-prob at raw column c is the prediction of token c + 1:
     a prompt token for c < PROMPT - 1, the sample's response token j = c - (PROMPT - 1) for
-    j < L, and the position after its last token for j = L. The critic's output at raw
-    column c is its value there (the same coordinates)."""
+    j < L, and the position after its last token for j = L (``after`` there). The critic's
+    output at raw column c is its value there (the same coordinates)."""
 
     def __init__(
         self,
         rows: list[int],
         lengths: list[int],
         width: int,
-        logp: Any,
-        ent: Any,
+        leaf: Any,
+        entropy: Any = None,
         after: float = AFTER_LOGPROB,
     ):
         self.rows, self.lengths, self.width = rows, lengths, width
-        self.logp, self.ent, self.after = logp, ent, after
+        self.leaf, self.entropy, self.after = leaf, entropy, after
 
     def gather(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        flat = ids.reshape(-1).tolist()
-        logps, ents = [], []
-        zero = self.logp.new_zeros(())
-        for token in flat:
+        """The log-probs and entropies at ``ids``' positions (the engine's gather)."""
+        if self.entropy is None:
+            raise SetupError("these leaves are a critic's values: they hold no entropies")
+        return self._pick(ids, self.leaf, self.after), self._pick(ids, self.entropy, 0.0)
+
+    def values(self, ids: torch.Tensor) -> torch.Tensor:
+        """The leaf values at ``ids``' positions (the critic's output)."""
+        return self._pick(ids, self.leaf, self.after)
+
+    def _pick(self, ids: torch.Tensor, source: Any, after: float) -> torch.Tensor:
+        zero = source.new_zeros(())
+        picked = []
+        for token in ids.reshape(-1).tolist():
             if token == 0:
-                logps.append(zero)
-                ents.append(zero)
+                picked.append(zero)
                 continue
             position, column = divmod(token - 1, self.width)
             row = self.rows[position]
             j = column - (PROMPT - 1)
             if j < 0:
-                logps.append(zero)
-                ents.append(zero)
+                picked.append(zero)
             elif j < self.lengths[row]:
-                logps.append(self.logp[row, j])
-                ents.append(self.ent[row, j])
+                picked.append(source[row, j])
             else:
-                logps.append(zero + self.after)
-                ents.append(zero)
-        if not logps:
-            return self.logp.new_zeros((0,)), self.ent.new_zeros((0,))
-        return torch.stack(logps).float(), torch.stack(ents).float()
+                picked.append(zero + after)
+        if not picked:
+            return source.new_zeros((0,))
+        return torch.stack(picked).float()
 
 
 def _fsdp_engine(runtime: Any) -> Any:
@@ -453,7 +463,7 @@ class StepOps:
         try:
             if critic_config is not None:
                 # rl_trainer: values = critic.compute_values(rollout_batch), one per trajectory
-                rollout = _Leaves(order, lengths, width, batch.values, batch.values, AFTER_VALUE)
+                rollout = _Leaves(order, lengths, width, batch.values, after=AFTER_VALUE)
                 values = self._critic(critic_config, rollout, []).compute_values(trajectories)
                 for trajectory, value in zip(trajectories, values):
                     trajectory["values"] = value
@@ -461,7 +471,7 @@ class StepOps:
             actor.ppo_update(scored)
             if critic_config is not None:
                 # rl_trainer: critic.ppo_update(adv_batch) after the actor's update
-                current = _Leaves(order, lengths, width, batch.vpreds, batch.vpreds, AFTER_VALUE)
+                current = _Leaves(order, lengths, width, batch.vpreds, after=AFTER_VALUE)
                 self._critic(critic_config, current, value_losses).ppo_update(scored)
         finally:
             tracker.export(reset=True)

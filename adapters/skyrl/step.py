@@ -370,11 +370,12 @@ class StepOps:
         if cached is None:
             cached = []
             for name, fields in self.step_configs:
-                algorithm = self._step_cfg(fields).trainer.algorithm
+                cfg = self._step_cfg(fields)
+                algorithm = cfg.trainer.algorithm
                 cached.append(
                     TrainerConfig(
                         name,
-                        contract_settings(algorithm, bool(fields.get("critic"))),
+                        contract_settings(algorithm, _has_critic(cfg)),
                         native=_native(fields, algorithm),
                         source=f"skyrl {self.version} SkyRLTrainConfig()"
                         + (" with trainer.algorithm fields" if fields else ""),
@@ -412,7 +413,7 @@ class StepOps:
         cfg.trainer.micro_train_batch_size_per_gpu = sizes[0]
         cfg.generator.n_samples_per_prompt = group_size
         algorithm = cfg.trainer.algorithm
-        critic = bool(fields.get("critic"))
+        critic = _has_critic(cfg)
         settings = contract_settings(algorithm, critic)
         if settings != {k: config.resolved[k] for k in settings}:
             raise SetupError(f"SkyRL config {config.name!r}: settings differ at this batch")
@@ -469,20 +470,15 @@ class StepOps:
             value_loss = sum(value_losses) / max(accumulated, 1)
         return StepOutput(loss=sum(losses), stages=canonical, state=kl, value_loss=value_loss)
 
-    def _worker(
-        self, cfg: Any, order: list[int], lengths: list[int], batch: StepBatch, losses: list[float]
-    ) -> Any:
-        """``PolicyWorkerBase`` without ``__init__``: what ``forward_backward`` reads."""
-        worker_module = self.runtime.worker
-        worker = object.__new__(worker_module.PolicyWorkerBase)
+    def _bare_worker(self, cls: Any, cfg: Any, model: Any, losses: list[float]) -> Any:
+        """A SkyRL worker class without ``__init__``: the attributes ``forward_backward`` and
+        ``optim_step`` read on one rank (no optimizer, a scheduler at learning rate 0)."""
+        worker = object.__new__(cls)
         worker.cfg = cfg.trainer
-        worker.model = _Model(order, lengths, batch.log_probs, batch.entropy)
+        worker.model = model
         worker.optimizer = None
         worker.strategy = _Strategy(losses)
         worker.record_memory = False
-        worker.policy_loss_fn = self.runtime.ppo_utils.PolicyLossRegistry.get(
-            cfg.trainer.algorithm.policy_loss_type
-        )
         worker.mesh_rank = self.runtime.dispatch.MeshRank(
             dp=0, sp=0, tp=0, pp=0, world_size=1, dp_size=1, pp_size=1
         )
@@ -490,25 +486,27 @@ class StepOps:
         worker.device_mesh = types.SimpleNamespace(get_group=lambda name: None)
         return worker
 
+    def _worker(
+        self, cfg: Any, order: list[int], lengths: list[int], batch: StepBatch, losses: list[float]
+    ) -> Any:
+        """``PolicyWorkerBase`` without ``__init__`` (``policy_loss_fn`` is the registry's
+        entry its ``__init__`` looks up)."""
+        model = _Model(order, lengths, batch.log_probs, batch.entropy)
+        worker = self._bare_worker(self.runtime.worker.PolicyWorkerBase, cfg, model, losses)
+        worker.policy_loss_fn = self.runtime.ppo_utils.PolicyLossRegistry.get(
+            cfg.trainer.algorithm.policy_loss_type
+        )
+        return worker
+
     def _critic_worker(
         self, cfg: Any, order: list[int], lengths: list[int], batch: StepBatch, losses: list[float]
     ) -> Any:
-        """``CriticWorkerBase`` without ``__init__``: what ``forward_backward`` and
-        ``optim_step`` read (``critic_loss_fn`` is the ``ppo_critic_loss`` its ``__init__``
-        sets)."""
-        worker = object.__new__(self.runtime.worker.CriticWorkerBase)
-        worker.cfg = cfg.trainer
-        worker.model = _ValueModel(order, lengths, batch.vpreds)
-        worker.optimizer = None
-        worker.strategy = _Strategy(losses)
-        worker.record_memory = False
+        """``CriticWorkerBase`` without ``__init__`` (``critic_loss_fn`` is the
+        ``ppo_critic_loss`` its ``__init__`` sets)."""
+        model = _ValueModel(order, lengths, batch.vpreds)
+        worker = self._bare_worker(self.runtime.worker.CriticWorkerBase, cfg, model, losses)
         worker.critic_loss_fn = self.runtime.ppo_utils.ppo_critic_loss
         worker._micro_batches_accumulated = 0
-        worker.mesh_rank = self.runtime.dispatch.MeshRank(
-            dp=0, sp=0, tp=0, pp=0, world_size=1, dp_size=1, pp_size=1
-        )
-        worker.scheduler = types.SimpleNamespace(get_last_lr=lambda: [0.0])
-        worker.device_mesh = types.SimpleNamespace(get_group=lambda name: None)
         return worker
 
     def _trainer(self, cfg: Any, worker: Any, batch: StepBatch, critic: Any = None) -> Any:
@@ -531,6 +529,11 @@ class StepOps:
             self.runtime, worker, batch.old_log_probs, batch.ref_log_probs, critic
         )
         return trainer
+
+
+def _has_critic(cfg: Any) -> bool:
+    """SkyRL's ``has_critic``: the config names a critic model (``trainer.critic.model.path``)."""
+    return cfg.trainer.critic.model.path is not None
 
 
 def _group_order(index: list[Any]) -> tuple[list[int], int]:
