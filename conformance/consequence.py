@@ -18,7 +18,9 @@ entry a consequence and the trainer configs under which it has it:
   mode: under the configs that aggregate with it; none -> ``unreached``, or ``None`` where
   the target's ``step_unbound_agg_modes`` names the option that selects the mode).
   A case whose first diverging stage is one of this operation's stages -> ``update`` under
-  that config; every such case passing under every config that runs the operation ->
+  that config (a deviation entry that declares no features, a break on any case, is first
+  searched on ordinary cases, where no other finding shares its stages:
+  ``ordinary_rivals``); every such case passing under every config that runs the operation ->
   ``contained`` (the trainer masks the wrong values away before any loss). A case whose
   failure a declared ``composition`` entry of the step covers (a break between operations,
   baseline.py) is that entry's: it is passed over, never credited to an operation.
@@ -321,6 +323,66 @@ def _ordinary_divergence(
     return cache[key]
 
 
+def _ordinary_update(
+    target: Any,
+    running: Sequence[Any],
+    domain: str,
+    own: frozenset[str],
+    excluded: frozenset[str],
+    device: str,
+    seed: int,
+) -> list[tuple[str, str]]:
+    """(config, stage) for each config of ``running`` whose step diverges at one of ``own``
+    on a case of ``domain`` that carries none of ``excluded`` (``measured``'s ordinary
+    search)."""
+    hits = []
+    for config in running:
+        stage, _ = _step_outcome(
+            target,
+            config,
+            domain,
+            frozenset(),
+            device,
+            seed,
+            stages=own,
+            excluded=excluded,
+            composed=[0],
+        )
+        if stage is not None and stage in own:
+            hits.append((config.name, stage))
+    return hits
+
+
+def ordinary_rivals(
+    findings: Sequence[tuple[Any, Any, str | None, Sequence[str] | None]],
+    entry: Any,
+    clause: Any,
+    check: str | None,
+    target: Any,
+) -> frozenset[str] | None:
+    """For ``entry``, a deviation entry of ``clause`` that declares no features: the
+    declared features of every other finding of the report (``findings``: the finding, its
+    clause, its check, its declared features or None for an undeclared failure) whose
+    operations share a step stage with it, or None where one of them declares none or is
+    undeclared (a divergence on ordinary cases could be either's)."""
+    from rlconform.conformance.clauses.step import STAGE_OPS
+
+    def stages(ops: set[str]) -> set[str]:
+        return {s for s, stage_ops in STAGE_OPS.items() if ops & set(stage_ops)}
+
+    own = stages(ops_of(clause, check, target))
+    excluded: set[str] = set()
+    for finding, other, other_check, declared in findings:
+        if finding is entry or other.area == "step":
+            continue
+        if not own & stages(ops_of(other, other_check, target)):
+            continue
+        if not declared:
+            return None
+        excluded |= set(declared)
+    return frozenset(excluded)
+
+
 def unbound(target: Any, ops: set[str]) -> str | None:
     """The trainer options that run ``ops`` on a path the step binding does not cover (the
     target's ``step_unbound_ops``: operation -> option; or its ``step_unbound``: operations
@@ -363,8 +425,16 @@ def measured(
     device: str,
     seed: int,
     case: Any = None,
+    ordinary: frozenset[str] | None = None,
 ) -> tuple[str | None, list[str], str]:
-    """(consequence, configs, basis) of a finding of ``clause`` on the step."""
+    """(consequence, configs, basis) of a finding of ``clause`` on the step.
+
+    ``ordinary`` (a deviation entry that declares no features: a break on any case; the
+    features of the other findings that share a stage with it): the step is searched first
+    on ordinary cases of the domain without those features, where a divergence at one of
+    the operation's stages is ``update``; anything else falls back to cases with the
+    minimal case's features (the break needs none, but passing ordinary cases prove
+    nothing about the cases it was seen on)."""
     from rlconform.conformance.clauses.step import STAGE_OPS, STEP_FEATURES
 
     if not configs:
@@ -408,8 +478,20 @@ def measured(
         ]
         if failing:
             return "state", failing, "step.state fails: the carried state diverges"
-    updated, contained, logged, elsewhere = [], [], [], []
     own = frozenset(s for s, stage_ops in STAGE_OPS.items() if ops & set(stage_ops))
+    if ordinary is not None:
+        hits = _ordinary_update(target, running, domain, own, ordinary, device, seed)
+        if hits:
+            stages = ", ".join(sorted({s for _, s in hits}))
+            without = f", without {', '.join(sorted(ordinary))}" if ordinary else ""
+            return (
+                "update",
+                [n for n, _ in hits],
+                f"step.update diverges at {stages} on ordinary {domain} cases{without} (the "
+                "entry declares no features: a break on any case; no other finding shares "
+                "the stage)",
+            )
+    updated, contained, logged, elsewhere = [], [], [], []
     composed = [0]
     for config in running:
         stage, passed = _step_outcome(
@@ -527,6 +609,7 @@ def judge(
     failed_config: str | None = None,
     case: Any = None,
     checks: Sequence[str] = (),
+    ordinary: frozenset[str] | None = None,
 ) -> tuple[str | None, list[str], str]:
     names = [c.name for c in configs]
     ops = ops_of(clause, check, target)
@@ -601,7 +684,9 @@ def judge(
             return _not_run(target, ops, f"no trainer config runs {', '.join(sorted(ops))}")
         return kind, running, what
     try:
-        return measured(clause, check, severity, features, target, configs, device, seed, case)
+        return measured(
+            clause, check, severity, features, target, configs, device, seed, case, ordinary
+        )
     except BindingDefect as defect:
         return None, [], f"undetermined: the step's binding failed ({defect.summary})"
 
@@ -646,9 +731,10 @@ def _assess(
         case: Any = None,
         checks: Sequence[str] = (),
         scope: Sequence[str] = (),
+        ordinary: frozenset[str] | None = None,
     ):
         key = (clause.id, check, severity, tuple(sorted(features)), failed, tuple(checks))
-        key += (tuple(scope),)
+        key += (tuple(scope), ordinary)
         if clause.area == "step":
             key += (repr(case),)
         elif agg_mode(clause.id, case) is not None:
@@ -668,8 +754,23 @@ def _assess(
                 failed,
                 case=case,
                 checks=checks,
+                ordinary=ordinary,
             )
         return cache[key]
+
+    # every observed finding (entry or undeclared failure) with each check it is about:
+    # ordinary_rivals reads them
+    report_findings: list[tuple[Any, Any, str | None, Sequence[str] | None]] = []
+    for result in report.clauses:
+        clause = by_id.get(result.id)
+        if clause is None or result.status not in BROKEN:
+            continue
+        for entry in result.deviations:
+            if entry.observed:
+                for check in entry.observed_checks or entry.checks or [None]:
+                    report_findings.append((entry, clause, check, entry.declared_features))
+        if result.status in ("fail", "error") and result.check is not None:
+            report_findings.append((result, clause, result.check, None))
 
     for result in report.clauses:
         clause = by_id.get(result.id)
@@ -684,6 +785,11 @@ def _assess(
                 if entry.observed_checks
                 else (entry.checks[0] if entry.checks else None)
             )
+            ordinary = (
+                None
+                if entry.declared_features or clause.area == "step"
+                else ordinary_rivals(report_findings, entry, clause, check, target)
+            )
             entry.consequence, entry.configs, entry.basis = cached(
                 clause,
                 check,
@@ -693,6 +799,7 @@ def _assess(
                 entry.case,
                 tuple(entry.observed_checks or entry.checks),
                 tuple(entry.declared_configs),
+                ordinary,
             )
             findings.append((entry.consequence, entry.configs, entry.basis))
         if result.status in ("fail", "error") and result.check is not None:

@@ -591,3 +591,101 @@ def test_a_critic_aggregating_in_the_wrong_mode_is_caught_at_the_value_loss(brok
         assert (result.status, result.check) == ("fail", "value_loss"), result.message
     else:
         assert result.status == "pass", result.message
+
+
+def _ordinary_outcome(seen):
+    """A step whose advantages diverge on ordinary cases (no required feature) and that has
+    no case with the minimal case's features (as AReaL's GAE bootstrap: its minimal case
+    carries a truncated sample, which the step cannot carry)."""
+
+    def outcome(target, config, domain, required, *args, excluded=frozenset(), **kwargs):
+        seen.append((required, excluded))
+        if not required:
+            return "advantages", 0
+        return None, 0
+
+    return outcome
+
+
+@pytest.mark.parametrize(("ordinary", "consequence"), [(frozenset(), "update"), (None, None)])
+def test_an_entry_declaring_no_features_is_measured_on_ordinary_cases(
+    monkeypatch, ordinary, consequence
+):
+    """CONTRACT §0b: a declared break on any case (features []) is searched on ordinary
+    cases first, where a divergence at its operation's stage is its update; the minimal
+    case's incidental features (here none the step can draw) do not make it undetermined."""
+    from rlconform.conformance import consequence as c
+    from rlconform.conformance.registry import get
+
+    seen: list = []
+    monkeypatch.setattr(c, "_step_outcome", _ordinary_outcome(seen))
+    target = m.mutant("grpo-scaled", advantage_grpo=m.grpo_scaled)
+    configs = [config for config in target.trainer_configs() if config.name == "default"]
+    kind, names, basis = c.measured(
+        get("adv.grpo"),
+        "advantages",
+        "nominal",
+        ["mask_holes"],
+        target,
+        configs,
+        "cpu",
+        0,
+        ordinary=ordinary,
+    )
+    assert kind == consequence, basis
+    if consequence == "update":
+        assert names == ["default"] and "ordinary nominal cases" in basis
+        assert seen[0] == (frozenset(), frozenset())
+    else:
+        assert all(required for required, _ in seen)  # only cases with the features
+
+
+def test_an_ordinary_search_without_a_divergence_falls_back_to_the_features(monkeypatch):
+    """Passing ordinary cases prove nothing about the cases the break was seen on: the
+    search falls back to cases with the minimal case's features (contained only there)."""
+    from rlconform.conformance import consequence as c
+    from rlconform.conformance.registry import get
+
+    def outcome(target, config, domain, required, *args, **kwargs):
+        return None, 0 if not required else c.CONTAINED_EVIDENCE
+
+    monkeypatch.setattr(c, "_step_outcome", outcome)
+    target = m.mutant("grpo-padding", advantage_grpo=m.grpo_padding)
+    configs = [config for config in target.trainer_configs() if config.name == "default"]
+    kind, _, basis = c.measured(
+        get("adv.grpo"),
+        "advantages",
+        "nominal",
+        ["mask_holes"],
+        target,
+        configs,
+        "cpu",
+        0,
+        ordinary=frozenset({"padding_nonfinite"}),
+    )
+    assert kind == "contained", basis
+    assert "ordinary" not in basis
+
+
+def test_ordinary_rivals_share_a_stage_or_stand_aside():
+    """Which other findings keep a features-[] entry from the ordinary search: one on an
+    operation of the same stage that declares no features (or an undeclared failure) could
+    cause the same divergence (None); one that declares features only has its cases left
+    out; one on another stage does not matter."""
+    from rlconform.adapters.torchref import TorchRef
+    from rlconform.conformance.consequence import ordinary_rivals
+    from rlconform.conformance.registry import get
+
+    target = TorchRef()
+    grpo, invariants, ppo = get("adv.grpo"), get("adv.invariants"), get("loss.ppo_clip")
+    entry = object()
+    alone = [(entry, grpo, "advantages", [])]
+    assert ordinary_rivals(alone, entry, grpo, "advantages", target) == frozenset()
+    other_stage = [*alone, (object(), ppo, "loss", [])]
+    assert ordinary_rivals(other_stage, entry, grpo, "advantages", target) == frozenset()
+    featured = [*alone, (object(), invariants, "grpo_zero_off_actions", ["mask_holes"])]
+    assert ordinary_rivals(featured, entry, grpo, "advantages", target) == {"mask_holes"}
+    rival = [*alone, (object(), invariants, "grpo_zero_off_actions", [])]
+    assert ordinary_rivals(rival, entry, grpo, "advantages", target) is None
+    failure = [*alone, (object(), grpo, "advantages", None)]
+    assert ordinary_rivals(failure, entry, grpo, "advantages", target) is None
