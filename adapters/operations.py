@@ -419,6 +419,17 @@ class Operations(Protocol):
         top_p: float = 1.0,
     ) -> torch.Tensor: ...
 
+    def sapo_loss(
+        self,
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        tau_pos: float,
+        tau_neg: float,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
+
     def seqlen_partitions(
         self,
         seqlens: list[int],

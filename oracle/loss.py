@@ -452,6 +452,85 @@ def dppo_tv_grad(
     return grads
 
 
+# loss.sapo ------------------------------------------------------------------------------
+
+
+def _sigmoid(z: float) -> float:
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+def sigmoid_slope(z: float) -> float:
+    """sigma(z) (1 - sigma(z)), without the cancellation of 1 - sigma for large z."""
+    e = math.exp(-abs(z))
+    return e / (1.0 + e) ** 2
+
+
+def sapo_temperature(adv: float, tau_pos: float, tau_neg: float) -> float:
+    """tau_pos where A > 0, else tau_neg (A = 0 included: its loss is 0 either way)."""
+    return tau_pos if adv > 0 else tau_neg
+
+
+def sapo_loss(
+    old: list[float],
+    logp: list[float],
+    adv: list[float],
+    mask: list[int],
+    *,
+    tau_pos: float,
+    tau_neg: float,
+    uid: object = None,
+) -> tuple[list[float], list[bool]]:
+    """loss.sapo (soft adaptive policy optimisation: a sigmoid gate instead of a clip).
+
+    r = exp(clamp(logp - old, -20, 20)); tau = tau_pos if A_t > 0 else tau_neg
+    l_t = -A_t (4 / tau) sigmoid(tau (r - 1))
+    SAPO clips nothing: every ``clipped`` flag is False.
+    """
+    _sample_length("loss.sapo", uid, old=old, logp=logp, adv=adv, mask=mask)
+    losses = []
+    for o, lp, a, m in zip(old, logp, adv, mask, strict=True):
+        if not m:
+            losses.append(0.0)
+            continue
+        tau = sapo_temperature(a, tau_pos, tau_neg)
+        ratio = _exp(clamped_log_ratio(lp, o))
+        losses.append(-a * (4.0 / tau) * _sigmoid(tau * (ratio - 1.0)))
+    return losses, [False] * len(mask)
+
+
+def sapo_grad(
+    old: list[float],
+    logp: list[float],
+    adv: list[float],
+    mask: list[int],
+    weights: list[float],
+    *,
+    tau_pos: float,
+    tau_neg: float,
+    uid: object = None,
+) -> list[float]:
+    """Gradient of sum_t w_t l_t (loss.sapo): the gate is differentiated through the ratio,
+    d l_t / d logp_t = -4 A_t sigmoid'(tau (r - 1)) r inside the log-ratio clamp (so -A_t at
+    r = 1, the plain policy gradient), 0 beyond it."""
+    _sample_length("loss.sapo", uid, old=old, logp=logp, adv=adv, mask=mask, weights=weights)
+    grads = []
+    for o, lp, a, m, w in zip(old, logp, adv, mask, weights, strict=True):
+        if not m:
+            grads.append(0.0)
+            continue
+        x = lp - o
+        if not _inside(x, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP):
+            grads.append(0.0)
+            continue
+        tau = sapo_temperature(a, tau_pos, tau_neg)
+        ratio = _exp(x)
+        grads.append(w * -4.0 * a * sigmoid_slope(tau * (ratio - 1.0)) * ratio)
+    return grads
+
+
 # loss.value_clip ------------------------------------------------------------------------
 
 

@@ -6,14 +6,15 @@ AReaL's own postprocess functions, on the paths its PPO trainer runs.
 ``releases.py``; any other exits 2 naming them. What is bound: the KL estimator, GRPO
 and GAE advantages through ``PPOActor._compute_advantages`` (GAE with a critic's values and
 batch whitening, ``advantage.py``), the actor loss through
-``grpo_loss_fn`` (PPO clip, dual clip, sequence-level IS), the decoupled loss's rejection
-sampling (``offpolicy.py``: its importance weights, token and sequence level, clamp and
+``grpo_loss_fn`` (PPO clip, dual clip, sequence-level IS, SAPO), the decoupled loss's
+rejection sampling (``offpolicy.py``: its importance weights, token and sequence level, clamp and
 mask), the critic's loss
 (``manifest.BINDINGS``) and the training step (``step.py``: ``compute_advantages``,
 ``ppo_update`` and the engine's ``train_batch`` with its loss weighting, under the
 ``PPOActorConfig`` configs it declares, one of them PPO with a critic: ``PPOCritic``'s
-``compute_values`` and ``ppo_update`` on the same engine). Not bound yet: SAPO / M2PO,
-rejection sampling in the step, the logged statistics (``step.metrics`` skips).
+``compute_values`` and ``ppo_update`` on the same engine). Not bound yet: M2PO, SAPO's
+sequence level, SAPO and rejection sampling in the step, the logged statistics
+(``step.metrics`` skips).
 """
 
 from __future__ import annotations

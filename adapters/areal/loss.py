@@ -1,4 +1,5 @@
-"""AReaL bindings of `loss.ppo_clip`, `loss.dual_clip`, `loss.gspo` and `loss.value_clip`.
+"""AReaL bindings of `loss.ppo_clip`, `loss.dual_clip`, `loss.gspo`, `loss.sapo` and
+`loss.value_clip`.
 
 ``PPOActor._ppo_update`` hands each micro-batch to ``engine.train_batch`` with
 ``functools.partial(grpo_loss_fn, eps_clip=..., eps_clip_higher=..., c_clip=...,
@@ -7,7 +8,8 @@ importance_sampling_level=..., ...)``; the engine packs the micro-batch (1-D, wi
 proximal log-probs (without the decoupled loss they are the old ones: ``_compute_advantages``
 sets ``prox_logp`` to them) and calls ``ppo_actor_loss_fn``, which returns the masked mean
 of its per-token loss: the per-token loss the contract compares is that function's local
-``pg_loss`` before the mean (``frame_trace.last_per_token``). The critic's ``ppo_loss_fn`` calls
+``pg_loss`` before the mean (``frame_trace.last_per_token``). With ``use_sapo_loss=True``
+``grpo_loss_fn`` calls ``sapo_loss_fn`` instead, read the same way (it logs no clip ratio). The critic's ``ppo_loss_fn`` calls
 ``ppo_critic_loss_fn`` the same way (local ``value_loss``, AReaL's 0.5 * squared error).
 Clip fractions are the ``clip_ratio`` statistic the functions log (``stats_tracker``, mean
 over the valid tokens).
@@ -70,10 +72,12 @@ class LossBindings:
         eps_clip_higher: float,
         c_clip: float | None,
         level: str,
+        sapo: tuple[float, float] | None = None,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """``sapo``: (tau_pos, tau_neg) for ``use_sapo_loss=True``, else the PPO loss."""
         skipped = self._skipped(log_prob, response_mask)
         if skipped is not None:
-            return skipped, {"clipfrac": torch.tensor(0.0, dtype=torch.float64)}
+            return skipped, {} if sapo else {"clipfrac": torch.tensor(0.0, dtype=torch.float64)}
         packed = Packed.of(response_mask)
         old_packed = packed.pack(old.detach(), AFTER_LOGPROB)
         data = {
@@ -85,8 +89,16 @@ class LossBindings:
         }
         current = packed.pack(log_prob, AFTER_LOGPROB)
 
+        functional = self.runtime.functional
+        loss_fn = functional.sapo_loss_fn if sapo else functional.ppo_actor_loss_fn
+        options = (
+            {"use_sapo_loss": True, "sapo_tau_pos": sapo[0], "sapo_tau_neg": sapo[1]}
+            if sapo
+            else {}
+        )
+
         def run() -> Any:
-            with last_per_token(self.runtime.functional.ppo_actor_loss_fn, "pg_loss") as seen:
+            with last_per_token(loss_fn, "pg_loss") as seen:
                 self.runtime.actor.grpo_loss_fn(
                     current,
                     torch.zeros_like(current),
@@ -95,11 +107,14 @@ class LossBindings:
                     eps_clip_higher=eps_clip_higher,
                     c_clip=c_clip,
                     importance_sampling_level=level,
+                    **options,
                 )
             return seen["pg_loss"]
 
         per_token, stats = self._statistics("rlconform", run)
         loss = packed.unpack(per_token, response_mask.shape[-1])
+        if sapo:
+            return loss, {}
         return loss, {"clipfrac": self._clip_fraction(stats, "clipfrac")}
 
     def ppo_clip_loss(
@@ -147,6 +162,30 @@ class LossBindings:
             eps_clip_higher=clip_ratio_high,
             c_clip=None,
             level="sequence",
+        )
+
+    def sapo_loss(
+        self,
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        tau_pos: float,
+        tau_neg: float,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """loss.sapo: ``use_sapo_loss=True``, ``sapo_tau_pos`` / ``sapo_tau_neg``,
+        ``importance_sampling_level="token"`` (the clip settings are not read)."""
+        return self._actor(
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            eps_clip=0.2,
+            eps_clip_higher=None,
+            c_clip=None,
+            level="token",
+            sapo=(float(tau_pos), float(tau_neg)),
         )
 
     def value_loss(

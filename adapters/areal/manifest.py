@@ -73,6 +73,13 @@ BINDINGS: dict[str, dict[str, object]] = {
         ],
         "path": f"{_UPDATE}, importance_sampling_level sequence",
     },
+    "sapo_loss": {
+        "functions": [
+            f"{_ACTOR}.grpo_loss_fn",
+            "areal.utils.functional.functional.sapo_loss_fn",
+        ],
+        "path": f"{_UPDATE}, use_sapo_loss=True, importance_sampling_level token",
+    },
     **{
         op: {
             "functions": [

@@ -365,6 +365,7 @@ def standin_engine(
 # unmeasured, not unreached: conformance.consequence.unbound)
 STEP_UNBOUND_OPS = {
     "gspo_loss": "importance_sampling_level='sequence' (no step config binds it yet)",
+    "sapo_loss": "use_sapo_loss=True (no step config binds it yet)",
     **{
         op: "use_decoupled_loss=True with rejection_sampling (no step config binds it yet)"
         for op in ("tis_weights", "icepop_weights", "is_correction_weights")

@@ -174,6 +174,19 @@ class LossOps:
             clip_high=clip_ratio_high,
         )
 
+    def sapo_loss(self, old_log_prob, log_prob, advantages, response_mask, *, tau_pos, tau_neg):
+        loss, _ = self._policy(
+            oracle_loss.sapo_loss,
+            oracle_loss.sapo_grad,
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            tau_pos=tau_pos,
+            tau_neg=tau_neg,
+        )
+        return loss, {}
+
     def dppo_tv_loss(
         self,
         old_log_prob,

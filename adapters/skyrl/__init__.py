@@ -7,12 +7,12 @@ own postprocess functions, on the paths its PPO trainer runs.
 does Python < 3.12. What is bound (``manifest.BINDINGS``): the KL estimator, the KL in the
 reward and its controllers, the GRPO / RLOO / REINFORCE++ / GAE estimators through the
 trainer's ``compute_advantages_and_returns``, and the PPO clip / dual clip / GSPO / CISPO /
-critic losses through the registry the workers use, and the loss aggregation (the
+SAPO / critic losses through the registry the workers use, and the loss aggregation (the
 trainer's advantage pre-scaling, ``reduce_loss``, the dp-size factor), and the training
 step (``step.py``: ``RayPPOTrainer.train``'s chain on one rollout batch through the policy
 worker's ``forward_backward`` and, under ``ppo_critic``, the critic worker's, under
 ``SkyRLTrainConfig()`` and named configs). Not bound yet: dp size > 1 and mini-batches in
-the step, the step's logged metrics, step-wise trajectories, SAPO / DPPO / rollout-IS.
+the step, the step's logged metrics, step-wise trajectories, DPPO / rollout-IS.
 """
 
 from __future__ import annotations

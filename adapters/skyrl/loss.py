@@ -1,5 +1,5 @@
-"""SkyRL bindings of `loss.ppo_clip`, `loss.dual_clip`, `loss.gspo`, `loss.cispo` and
-`loss.value_clip`.
+"""SkyRL bindings of `loss.ppo_clip`, `loss.dual_clip`, `loss.gspo`, `loss.cispo`,
+`loss.sapo` and `loss.value_clip`.
 
 The policy worker (``PolicyWorkerBase._forward_backward_micro``) calls
 ``PolicyLossRegistry.get(algorithm.policy_loss_type)(action_log_probs, old_action_log_probs,
@@ -145,6 +145,32 @@ class LossBindings:
             cispo_eps_clip_high=float(clip_ratio_high),
         )
         return self._policy("cispo", old_log_prob, log_prob, advantages, response_mask, cispo=cispo)
+
+    def sapo_loss(
+        self,
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        tau_pos: float,
+        tau_neg: float,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """loss.sapo: ``policy_loss_type="sapo"``, ``sapo.tau_pos`` / ``sapo.tau_neg``, with
+        ``loss_reduction="sequence_mean"`` (the reduction sapo_policy_loss asks for; the
+        per-token loss does not depend on it). Its ``clip_ratio`` metric is a constant 0."""
+        layout_algorithm = self._config().trainer.algorithm
+        sapo = type(layout_algorithm.sapo)(tau_pos=float(tau_pos), tau_neg=float(tau_neg))
+        loss, _ = self._policy(
+            "sapo",
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            sapo=sapo,
+            loss_reduction="sequence_mean",
+        )
+        return loss, {}
 
     def value_loss(
         self,

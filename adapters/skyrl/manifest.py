@@ -93,6 +93,7 @@ BINDINGS: dict[str, dict[str, object]] = {
     "ppo_clip_loss": _policy("regular / dual_clip", "ppo_policy_loss"),
     "gspo_loss": _policy("gspo", "gspo_policy_loss"),
     "cispo_loss": _policy("cispo", "compute_policy_loss_cispo"),
+    "sapo_loss": _policy("sapo", "sapo_policy_loss"),
     "agg_loss": {
         "functions": [
             f"{_TRAINER}._normalize_advantages",

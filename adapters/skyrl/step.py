@@ -342,6 +342,7 @@ def _log_probs(trainer: Any, rows: list[int], lengths: list[int], batch: StepBat
 STEP_UNBOUND_OPS = {
     "gspo_loss": "policy_loss_type='gspo' (the step oracle has the PPO clip loss only)",
     "cispo_loss": "policy_loss_type='cispo' (the step oracle has the PPO clip loss only)",
+    "sapo_loss": "policy_loss_type='sapo' (the step oracle has the PPO clip loss only)",
 }
 
 

@@ -159,6 +159,25 @@ class LossOps:
         loss = torch.where(action, -weight * adv * lp, torch.zeros_like(lp))
         return loss, {"clipfrac": _share(weight != ratio, action, log_prob.dtype)}
 
+    def sapo_loss(
+        self,
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        tau_pos: float,
+        tau_neg: float,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """loss.sapo: -A * (4 / tau) * sigmoid(tau * (r - 1)), tau by the sign of A; no metrics."""
+        action = response_mask.bool()
+        old, lp, adv = _on_actions(action, old_log_prob, log_prob, advantages)
+        ratio = torch.exp(torch.clamp(lp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+        tau = torch.where(adv > 0, tau_pos, tau_neg).to(lp.dtype)
+        gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
+        loss = torch.where(action, -gate * adv, torch.zeros_like(lp))
+        return loss, {}
+
     def dppo_tv_loss(
         self,
         old_log_prob: torch.Tensor,

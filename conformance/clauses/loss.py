@@ -61,6 +61,7 @@ from rlconform.oracle import loss as oracle
 
 NAN = float("nan")
 INF = float("inf")
+LN2 = math.log(2.0)
 _BRANCH_MARGIN = 1e-4
 _NUDGE = 0.0137
 
@@ -227,6 +228,10 @@ class _PolicySpec:
     grad: Callable[..., list[float]]
     oracle_params: Callable[[dict[str, Any], Any], dict[str, Any]]
     op_params: Callable[[dict[str, Any]], dict[str, Any]]
+    # the metrics the op must return (SAPO clips nothing: none), and whether the mode is
+    # one of ``policy_loss_reduced``'s (adapters.base.POLICY_LOSS_OPS)
+    metrics: tuple[str, ...] = ("clipfrac",)
+    reduced: bool = True
 
 
 def _clips(case: dict[str, Any]) -> dict[str, Any]:
@@ -243,6 +248,10 @@ def _gspo_max(profile: Any) -> float | None:
 
 def _gmpo_clamp(profile: Any) -> float | None:
     return profile.get("gmpo_log_ratio_clamp", oracle.LOG_RATIO_CLAMP)
+
+
+def _taus(case: dict[str, Any]) -> dict[str, Any]:
+    return {"tau_pos": case["tau_pos"], "tau_neg": case["tau_neg"]}
 
 
 _SPECS: dict[str, _PolicySpec] = {
@@ -284,6 +293,15 @@ _SPECS: dict[str, _PolicySpec] = {
         lambda c, p: {**_clips(c), "ratio_cap": c["clip_c"]},
         lambda c: {**_op_clips(c), "clip_ratio_c": c["clip_c"]},
     ),
+    "sapo": _PolicySpec(
+        "sapo_loss",
+        oracle.sapo_loss,
+        oracle.sapo_grad,
+        lambda c, p: _taus(c),
+        _taus,
+        metrics=(),
+        reduced=False,
+    ),
 }
 
 
@@ -311,10 +329,37 @@ def _policy_scales(
             # g_s = (n / N) * (-A_bar rho) * slope_s / n
             return [magnitude * cond] * len(mask), [magnitude * cond / max(count, 1)] * len(mask)
         return [abs(v) * cond for v in loss], [abs(g) * cond for g in grad]
+    if mode == "sapo":
+        return [abs(v) * (1.0 + abs(x)) for v, x in zip(loss, log_ratios, strict=True)], [
+            _sapo_grad_scale(o, lp, a, m, params, count)
+            for o, lp, a, m in zip(old, logp, adv, mask, strict=True)
+        ]
     return (
         [abs(v) * (1.0 + abs(x)) for v, x in zip(loss, log_ratios, strict=True)],
         [abs(g) * (1.0 + abs(x)) for g, x in zip(grad, log_ratios, strict=True)],
     )
+
+
+# float32's unit roundoff, the coarsest precision the suite compares in.
+_UNIT_ROUNDOFF_F32 = 2.0**-24
+
+
+def _sapo_grad_scale(
+    old: float, logp: float, adv: float, mask: int, params: dict[str, Any], count: int
+) -> float:
+    """The conditioning of loss.sapo's gradient -4 A sigma'(z) r / N at one token: sigma'(z)
+    = sigma (1 - sigma) in the target's dtype carries an absolute error of about one unit
+    roundoff u wherever 1 - sigma > u (so the magnitude is that of the factors, 4 |A| r / N)
+    and at most sigma'(z) where the gate saturates. Beyond the log-ratio clamp the gradient
+    is exactly 0 (scale 0)."""
+    x = logp - old
+    if not mask or abs(x) > oracle.LOG_RATIO_CLAMP:
+        return 0.0
+    tau = oracle.sapo_temperature(adv, params["tau_pos"], params["tau_neg"])
+    ratio = math.exp(x)
+    slope = oracle.sigmoid_slope(tau * (ratio - 1.0))
+    magnitude = 4.0 * abs(adv) * ratio * min(1.0, slope / _UNIT_ROUNDOFF_F32) / max(count, 1)
+    return magnitude * (1.0 + abs(x))
 
 
 def _check_policy(ctx: Any, case: dict[str, Any], clause_id: str, mode: str) -> None:
@@ -340,7 +385,7 @@ def _check_policy(ctx: Any, case: dict[str, Any], clause_id: str, mode: str) -> 
     result = ctx.call(
         spec.op, tensors["old"], log_prob, tensors["adv"], action, **spec.op_params(case)
     )
-    loss, metrics = _unpack(clause_id, result, ("clipfrac",))
+    loss, metrics = _unpack(clause_id, result, spec.metrics)
     _assert_shape(clause_id, "per-token loss", loss, tuple(action.shape))
     # Without a log-ratio clamp (gspo_log_ratio_max None) the exact loss may exceed the
     # dtype's range: an infinity of the same sign is accepted there, as for the KL.
@@ -392,7 +437,7 @@ def _check_policy(ctx: Any, case: dict[str, Any], clause_id: str, mode: str) -> 
                 metrics["clipfrac"],
                 tolerance=ctx.tolerance,
             )
-    if ctx.target.implements("policy_loss_reduced"):
+    if spec.reduced and ctx.target.implements("policy_loss_reduced"):
         _check_reduced(ctx, case, clause_id, mode, expected, [s[0] for s in scales])
 
 
@@ -495,6 +540,7 @@ def _check_reduced(
 # exactly 0 elsewhere; clipfrac: the reported clip fraction; differentiable: a graph exists.
 VALUE_CHECKS = ("shape", "loss", "scalar", "grad", "grad_off_actions", "clipfrac", "differentiable")
 POLICY_CHECKS = (*VALUE_CHECKS, "reduced", "shard_invariance")
+SAPO_CHECKS = tuple(c for c in VALUE_CHECKS if c != "clipfrac")
 ACTOR_CHECKS = (
     "shape",
     "loss",
@@ -565,6 +611,8 @@ _PARAMS: dict[str, dict[str, tuple[float, ...]]] = {
     "gmpo": {"clip_low": (0.4, 0.2), "clip_high": (0.4, 0.2)},
     "cispo": {"clip_low": (0.2, 1.0), "clip_high": (0.28, 2.0)},
     "dppo_tv": {"clip_low": (0.2, 0.05), "clip_high": (0.2, 0.05), "clip_c": (20.0, 3.0)},
+    # verl, SkyRL and TRL default to tau_pos 1.0, tau_neg 1.05
+    "sapo": {"tau_pos": (1.0, 0.5, 2.0), "tau_neg": (1.05, 0.5, 3.0)},
 }
 
 
@@ -610,6 +658,8 @@ def clear_of_branch_points(
             gap = math.exp(lp) - math.exp(o)
             if _near(gap, case["clip_high"]) or _near(gap, -case["clip_low"]):
                 return False
+        elif mode == "sapo":
+            continue  # a smooth gate: the clamp is its only branch point
         elif _near_ratio_bounds(math.exp(oracle.clamped_log_ratio(lp, o)), case, mode):
             return False
     return True
@@ -1042,6 +1092,71 @@ def check_dppo_tv(ctx: Any, case: dict[str, Any]) -> None:
     """Op ``dppo_tv_loss(old, log_prob, adv, mask, *, clip_ratio_low, clip_ratio_high,
     clip_ratio_c)`` (c caps the stop-gradient ratio weight)."""
     _check_policy(ctx, case, "loss.dppo_tv", "dppo_tv")
+
+
+_SAPO_EXAMPLES = (
+    {
+        "tau_pos": 1.0,
+        "tau_neg": 1.05,
+        "samples": _VERL_SAMPLES,
+        "pad_value": NAN,
+        "extra_pad": 1,
+    },
+    # |logp - old| far beyond 20: r = e^20 saturates the gate (loss -4A/tau, gradient 0
+    # beyond the clamp), r = e^-20 leaves it at sigma(-tau); A = 0 on a huge ratio.
+    {
+        "tau_pos": 1.0,
+        "tau_neg": 1.05,
+        "samples": _EXTREME_SAMPLES,
+        "pad_value": INF,
+        "extra_pad": 1,
+    },
+    # The temperature follows the advantage's sign: at r = 1 the loss is -2A/tau (A = 1,
+    # tau_pos 2: -1; A = -1, tau_neg 0.5: 4) and the gradient the plain -A; r = 2 and
+    # r = 1/2 on either sign; a hole.
+    {
+        "tau_pos": 2.0,
+        "tau_neg": 0.5,
+        "samples": [
+            _sample(
+                "s0",
+                [1, 1, 1, 1],
+                [-1.0, -1.0, -1.5, -1.5],
+                [-1.0, -1.0, -1.5, -1.5],
+                [1.0, -1.0, 1.0, -1.0],
+            ),
+            _sample(
+                "s1",
+                [1, 0, 1, 1, 1],
+                [-2.0, -0.5, -2.0, -1.0, -1.0],
+                [-2.0 + LN2, -3.0, -2.0 + LN2, -1.0 - LN2, -1.0 - LN2],
+                [0.5, 2.0, -0.5, 0.5, -0.5],
+            ),
+        ],
+        "pad_value": NAN,
+        "extra_pad": 2,
+    },
+    _zero_width(tau_pos=1.0, tau_neg=1.05),
+)
+
+
+@clause(
+    "loss.sapo",
+    title="SAPO: a sigmoid gate on the ratio instead of a clip",
+    statement="""r = exp(clamp(logp - old, -20, 20)); tau = tau_pos where A_t > 0, else tau_neg;
+    l_t = -A_t (4 / tau) sigmoid(tau (r - 1)); the gate is differentiated through r, so the
+    gradient w.r.t. logp_t is -4 A_t sigmoid'(tau (r - 1)) r (the plain -A_t at r = 1; 0
+    beyond the clamp). SAPO clips nothing (no clip fraction). Token-level ratio only.""",
+    ops=("sapo_loss",),
+    strategy=_policy_strategy("sapo"),
+    examples=_SAPO_EXAMPLES,
+    checks=SAPO_CHECKS,
+    meets=POLICY_FEATURES,
+)
+def check_sapo(ctx: Any, case: dict[str, Any]) -> None:
+    """Op ``sapo_loss(old, log_prob, adv, mask, *, tau_pos, tau_neg)`` (metrics: any, none
+    read). Not in ``policy_loss_reduced``'s modes yet: no ``reduced`` check."""
+    _check_policy(ctx, case, "loss.sapo", "sapo")
 
 
 # Value loss -----------------------------------------------------------------------------

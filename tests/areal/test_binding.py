@@ -45,6 +45,50 @@ def test_the_ratio_is_not_clamped_beyond_log_ratio_20(areal):
     assert reference.item() == pytest.approx(math.exp(20.0), rel=1e-6)
 
 
+def test_sapo_gate_by_hand_and_its_nan_gradient_beyond_exp_range(areal):
+    # r = e^0.5, A = 1, tau_pos 1: l = -4 sigmoid(e^0.5 - 1), gradient -4 sigmoid'(.) e^0.5;
+    # A = -1, tau_neg 1.05: l = (4 / 1.05) sigmoid(1.05 (e^0.5 - 1)).
+    z = math.exp(0.5) - 1.0
+    sig = 1.0 / (1.0 + math.exp(-z))
+    old = torch.tensor([[-1.0, -1.0, 0.0]])
+    logp = torch.tensor([[-0.5, -0.5, 0.0]], requires_grad=True)
+    loss, metrics = areal.sapo_loss(
+        old,
+        logp,
+        torch.tensor([[1.0, -1.0, 0.0]]),
+        torch.tensor([[1, 1, 0]]),
+        tau_pos=1.0,
+        tau_neg=1.05,
+    )
+    assert metrics == {}
+    neg = 1.0 / (1.0 + math.exp(-1.05 * z))
+    assert loss[0, :2].tolist() == pytest.approx([-4.0 * sig, 4.0 / 1.05 * neg], rel=1e-6)
+    (grad,) = torch.autograd.grad(loss[0, 0], logp)
+    assert grad[0, 0].item() == pytest.approx(-4.0 * sig * (1.0 - sig) * math.exp(0.5), rel=1e-5)
+    # declared (loss.sapo, grad, overflow): sapo_loss_fn itself, log-ratio 99.5: the ratio
+    # overflows to inf, the loss is the saturated -4A/tau, the gradient NaN; torchref's
+    # clamped ratio gives gradient 0 (the contract's)
+    from rlconform.adapters.torchref import TorchRef
+
+    functional = areal.runtime.functional
+    for target_loss in ("areal", "torchref"):
+        current = torch.tensor([[0.0]], requires_grad=True)
+        args = (torch.tensor([[-99.5]]), current, torch.tensor([[1.0]]), torch.tensor([[1]]))
+        if target_loss == "areal":
+            value, _ = functional.sapo_loss_fn(
+                current[0], args[0][0], args[2][0], 1.0, 1.05, torch.tensor([True])
+            )
+        else:
+            per_token, _ = TorchRef().sapo_loss(*args, tau_pos=1.0, tau_neg=1.05)
+            value = per_token.sum()
+        (g,) = torch.autograd.grad(value, current)
+        assert value.item() == pytest.approx(-4.0)
+        if target_loss == "areal":
+            assert math.isnan(g.item())
+        else:
+            assert g.item() == 0.0
+
+
 def test_dual_clip_caps_a_negative_advantage_at_c_times_its_size(areal):
     loss, _ = areal.ppo_clip_loss(
         torch.tensor([[-2.0]]),

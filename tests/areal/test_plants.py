@@ -29,6 +29,7 @@ _DATA = "areal.utils.data"
 _HOLDERS = {
     "ppo_actor_loss_fn": (_FUNCTIONAL, "areal.utils.functional", "areal.trainer.ppo.actor"),
     "ppo_critic_loss_fn": (_FUNCTIONAL, "areal.utils.functional", "areal.trainer.ppo.critic"),
+    "sapo_loss_fn": (_FUNCTIONAL, "areal.utils.functional", "areal.trainer.ppo.actor"),
 }
 
 
@@ -211,6 +212,24 @@ PLANTS = {
         ),
         # constant advantages per sequence: AReaL's sequence-mean advantage is then exact
         _loss_case(adv_s0=(1.0, 1.0)),
+    ),
+    "loss.sapo: the gates swapped by the advantage's sign": (
+        "loss.sapo",
+        lambda mp: mutate(
+            mp,
+            _FUNCTIONAL,
+            None,
+            "sapo_loss_fn",
+            "soft_gate = torch.where(is_positive, scaled_gate_pos, scaled_gate_neg)",
+            "soft_gate = torch.where(is_positive, scaled_gate_neg, scaled_gate_pos)",
+        ),
+        {
+            "tau_pos": 1.0,
+            "tau_neg": 3.0,
+            "samples": _loss_case()["samples"],
+            "pad_value": 0.0,
+            "extra_pad": 1,
+        },
     ),
     "loss.value_clip: the pessimistic max turned into a min": (
         "loss.value_clip",

@@ -24,6 +24,7 @@ BASELINED = (
     "loss.dual_clip",
     "loss.gspo",
     "loss.ppo_clip",
+    "loss.sapo",
     "step.update",
     "step.state",
 )

@@ -202,6 +202,79 @@ def test_cispo_reading_padding_is_caught(torchref):
     assert "padding" in result.message
 
 
+# loss.sapo ------------------------------------------------------------------------------
+
+
+def _sapo(lp0, old0, adv0, tau_pos, tau_neg, *, clamp=True, detach_ratio=False):
+    log_ratio = torch.clamp(lp0 - old0, -20, 20) if clamp else lp0 - old0
+    ratio = torch.exp(log_ratio)
+    if detach_ratio:
+        ratio = ratio.detach()
+    tau = torch.where(adv0 > 0, tau_pos, tau_neg).to(lp0.dtype)
+    return -adv0 * (4.0 / tau) * torch.sigmoid(tau * (ratio - 1.0))
+
+
+def sapo_one_temperature(target, old, lp, adv, mask, *, tau_pos, tau_neg):
+    """tau_pos on every token: the negative-advantage gate keeps the wrong temperature."""
+    old0, lp0, adv0 = _on_actions(mask, old, lp, adv)
+    return torch.where(mask.bool(), _sapo(lp0, old0, adv0, tau_pos, tau_pos), 0.0), {}
+
+
+def sapo_without_log_ratio_clamp(target, old, lp, adv, mask, *, tau_pos, tau_neg):
+    """exp(logp - old) unclamped (as AReaL's and TRL's SAPO): at a log-ratio beyond exp's
+    range r = inf, the gate saturates to the same loss and its gradient is 0 * inf = NaN."""
+    old0, lp0, adv0 = _on_actions(mask, old, lp, adv)
+    loss = _sapo(lp0, old0, adv0, tau_pos, tau_neg, clamp=False)
+    return torch.where(mask.bool(), loss, 0.0), {}
+
+
+def sapo_gate_under_stop_gradient(target, old, lp, adv, mask, *, tau_pos, tau_neg):
+    """The gate as a stop-gradient weight on log_prob (CISPO's construction), corrected to
+    the same forward value: the gradient is -A (4 / tau) sigmoid, not the gate's slope."""
+    old0, lp0, adv0 = _on_actions(mask, old, lp, adv)
+    loss = _sapo(lp0, old0, adv0, tau_pos, tau_neg, detach_ratio=True)
+    weighted = loss.detach() * lp0 - (loss.detach() * lp0).detach() + loss.detach()
+    return torch.where(mask.bool(), weighted, 0.0), {}
+
+
+def sapo_sequence_loss(target, old, lp, adv, mask, *, tau_pos, tau_neg):
+    """One loss per sequence (B, 1) where the contract's op returns the per-token loss."""
+    loss, metrics = target.sapo_loss(old, lp, adv, mask, tau_pos=tau_pos, tau_neg=tau_neg)
+    return loss.sum(dim=1, keepdim=True), metrics
+
+
+def sapo_detached_loss(target, old, lp, adv, mask, *, tau_pos, tau_neg):
+    loss, metrics = target.sapo_loss(old, lp, adv, mask, tau_pos=tau_pos, tau_neg=tau_neg)
+    return loss.detach(), metrics
+
+
+def _sapo_fails(torchref, mutant, check):
+    result = assert_caught(with_overrides(torchref, sapo_loss=mutant), "loss.sapo")
+    assert result.check == check, result.message
+    return result
+
+
+def test_sapo_with_one_temperature_is_caught(torchref):
+    _sapo_fails(torchref, sapo_one_temperature, "loss")
+
+
+def test_sapo_without_the_log_ratio_clamp_is_caught(torchref):
+    result = _sapo_fails(torchref, sapo_without_log_ratio_clamp, "grad")
+    assert "d(token-mean loss)/d log_prob" in result.message
+
+
+def test_sapo_with_the_gate_under_stop_gradient_is_caught(torchref):
+    _sapo_fails(torchref, sapo_gate_under_stop_gradient, "grad")
+
+
+def test_sapo_returning_a_loss_per_sequence_is_caught(torchref):
+    _sapo_fails(torchref, sapo_sequence_loss, "shape")
+
+
+def test_sapo_without_a_graph_is_caught(torchref):
+    _sapo_fails(torchref, sapo_detached_loss, "differentiable")
+
+
 # loss.dppo_tv ---------------------------------------------------------------------------
 
 

@@ -223,6 +223,51 @@ def test_worked_mask_mean_counts_action_tokens_only():
     assert oracle.action_token_mean([[]], [[]]) == 0.0
 
 
+def test_sapo_by_hand():
+    # r = 1: gate (4 / tau) sigmoid(0) = 2 / tau, so l = -2 A / tau and the gradient is
+    # -4 A sigmoid'(0) = -A (the plain policy gradient). A = 1 takes tau_pos 2: l = -1;
+    # A = -1 takes tau_neg 0.5: l = 4; A = 0 takes tau_neg: l = 0.
+    # r = 2 (log-ratio ln 2), A = 0.5, tau_pos 2: l = -0.5 * 2 * sigmoid(2); gradient
+    # -4 * 0.5 * sigmoid(2) (1 - sigmoid(2)) * 2.
+    sig2 = 1.0 / (1.0 + math.exp(-2.0))
+    sample = (
+        [-1.0, -1.0, -1.0, -2.0],
+        [-1.0, -1.0, -1.0, -2.0 + math.log(2.0)],
+        [1.0, -1.0, 0.0, 0.5],
+        [1, 1, 1, 1],
+    )
+    losses, clipped = oracle.sapo_loss(*sample, tau_pos=2.0, tau_neg=0.5)
+    assert losses == pytest.approx([-1.0, 4.0, 0.0, -sig2])
+    assert clipped == [False] * 4
+    grads = oracle.sapo_grad(*sample, [1.0] * 4, tau_pos=2.0, tau_neg=0.5)
+    assert grads == pytest.approx([-1.0, 1.0, 0.0, -4.0 * sig2 * (1.0 - sig2)])
+
+
+def test_sapo_beyond_the_clamp():
+    # log-ratio 25 is clamped to 20: r = e^20 saturates the gate (l = -4 A / tau) and the
+    # gradient is 0 beyond the clamp; log-ratio -25 gives r = e^-20, the gate sigmoid(-tau(1 - e^-20)).
+    sample = ([-30.0, -1.0], [-5.0, -26.0], [-1.0, 1.0], [1, 1])
+    losses, _ = oracle.sapo_loss(*sample, tau_pos=1.0, tau_neg=1.05)
+    low = 1.0 / (1.0 + math.exp(1.0 - math.exp(-20.0)))
+    assert losses == pytest.approx([4.0 / 1.05, -4.0 * low])
+    assert oracle.sapo_grad(*sample, [1.0, 1.0], tau_pos=1.0, tau_neg=1.05) == [0.0, 0.0]
+
+
+def test_sapo_verl_example():
+    """verl 0.9.1 compute_policy_loss_sapo (tau 1.0 / 1.05, always seq-mean-token-mean: the
+    mean over the two non-empty rows of each row's token mean) on the research-note inputs,
+    run 2026-12-07: -0.113687."""
+    samples = loss_clauses._VERL_SAMPLES
+    rows = [
+        oracle.sapo_loss(s["old"], s["logp"], s["adv"], s["mask"], tau_pos=1.0, tau_neg=1.05)[0]
+        for s in samples
+    ]
+    row_means = [
+        sum(r) / sum(s["mask"]) for r, s in zip(rows, samples, strict=True) if sum(s["mask"])
+    ]
+    assert sum(row_means) / len(row_means) == pytest.approx(-0.113687, abs=1e-6)
+
+
 def test_misaligned_input_names_the_sample():
     with pytest.raises(ContractError, match="uid='s7'"):
         oracle.ppo_clip_loss([0.0, 0.0], [0.0], [1.0, 1.0], [1, 1], **EPS, uid="s7")
@@ -238,6 +283,7 @@ def test_pinned_examples_stay_clear_of_branch_points():
         "gmpo": loss_clauses._GMPO_EXAMPLES,
         "cispo": loss_clauses._CISPO_EXAMPLES,
         "dppo_tv": loss_clauses._DPPO_EXAMPLES,
+        "sapo": loss_clauses._SAPO_EXAMPLES,
     }
     for mode, examples in pinned.items():
         assert mode in loss_clauses._SPECS

@@ -324,6 +324,24 @@ PLANTS = {
         ),
         _loss_case(),
     ),
+    "loss.sapo: the temperatures swapped by the advantage's sign": (
+        "loss.sapo",
+        lambda mp: mutate(
+            mp,
+            _PPO,
+            None,
+            "sapo_policy_loss",
+            "condition=advantages > 0,",
+            "condition=advantages < 0,",
+        ),
+        {
+            "tau_pos": 1.0,
+            "tau_neg": 3.0,
+            "samples": _loss_case()["samples"],
+            "pad_value": 0.0,
+            "extra_pad": 1,
+        },
+    ),
     "loss.value_clip: the pessimistic max turned into a min": (
         "loss.value_clip",
         lambda mp: mutate(

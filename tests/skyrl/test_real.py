@@ -37,6 +37,7 @@ PASSING = (
     "adv.rloo",
     "loss.ppo_clip",
     "loss.dual_clip",
+    "loss.sapo",
     "step.state",
 )
 
