@@ -387,30 +387,40 @@ def _merged_rows(path, rows: list[dict], ran: set[str]) -> list[dict]:
     did not select are kept as they are (``--only`` refreshes a subset), and a row this run
     wrote keeps the rationale of the existing entry with the same clause, checks and
     features (a reviewed rationale is never replaced by the observed message)."""
+    import tomllib
+
     from rlconform.conformance import baseline
 
     if not path.exists():
         return rows
-    existing = baseline.load(path)
+    existing = baseline.load(path)  # validates the file (a SetupError names the entry)
+    raw = tomllib.loads(path.read_text(encoding="utf-8")).get("deviation", [])
     reviewed = {
-        (clause_id, tuple(e.checks), tuple(sorted(e.features))): e.rationale
+        (clause_id, tuple(e.checks), tuple(sorted(e.features))): e
         for clause_id, entries in existing.items()
         for e in entries
     }
     for row in rows:
         key = (row["clause"], tuple(row["checks"]), tuple(sorted(row["features"])))
-        row["rationale"] = reviewed.get(key, row["rationale"])
-    kept = [
-        {
-            "clause": clause_id,
-            "checks": list(e.checks),
-            "features": list(e.features),
-            "rationale": e.rationale,
-        }
-        for clause_id, entries in existing.items()
-        if clause_id not in ran
-        for e in entries
-    ]
+        entry = reviewed.get(key)
+        if entry is None:
+            continue
+        row["rationale"] = entry.rationale
+        # the scope a reviewer declared (trainer configs, a break between operations)
+        # is kept like the rationale: the run does not rediscover it
+        if entry.configs and not row.get("configs"):
+            row["configs"] = list(entry.configs)
+        if entry.composition:
+            row["composition"] = True
+    # an entry of a clause this run did not select is kept verbatim: its model,
+    # fingerprint, configs, composition, severity and observed message included (without
+    # its model or fingerprint it would excuse any failure of its check)
+    kept = [dict(item) for item in raw if item.get("clause") not in ran]
+    for item in kept:
+        if isinstance(item.get("model"), dict):
+            item["model"] = dict(item["model"])
+        if isinstance(item.get("fingerprint"), dict):
+            item["fingerprint"] = (item["fingerprint"]["case"], item["fingerprint"]["digest"])
     return kept + rows
 
 

@@ -128,6 +128,32 @@ def test_write_baseline_with_only_merges_into_the_existing_file(tmp_path):
     assert [e.rationale for e in entries["adv.grpo"]] == ["reviewed: population std"]
 
 
+def test_write_baseline_with_only_keeps_other_entries_whole(tmp_path):
+    """An entry of a clause outside the run keeps its model, fingerprint, configs,
+    composition, severity and observed message: without its model or fingerprint it would
+    excuse any failure of its check (a written baseline hiding a second bug)."""
+    written = tmp_path / "fork.toml"
+    others = (
+        '\n[[deviation]]\nclause = "adv.grpo"\nchecks = ["advantages"]\nfeatures = []\n'
+        'rationale = "population std"\nmodel = { grpo_std_ddof = 0 }\nseverity = "nominal"\n'
+        'observed = "seen"\n'
+        '\n[[deviation]]\nclause = "kl.estimators"\nchecks = ["value"]\nfeatures = []\n'
+        'rationale = "a clamp"\nfingerprint = { case = "{}", digest = "sha256:00" }\n'
+        '\n[[deviation]]\nclause = "step.update"\nchecks = ["gradient"]\nfeatures = []\n'
+        'rationale = "between ops"\nconfigs = ["ppo"]\ncomposition = true\n'
+    )
+    assert main(["certify", EDGE, "--only", "reward.*", "--write-baseline", str(written)]) == 0
+    written.write_text(written.read_text() + others)
+    assert main(["certify", EDGE, "--only", "reward.*", "--write-baseline", str(written)]) == 0
+    entries = baseline.load(written)
+    assert entries["adv.grpo"][0].model == (("grpo_std_ddof", 0),)
+    assert entries["kl.estimators"][0].fingerprint == ("{}", "sha256:00")
+    (step,) = entries["step.update"]
+    assert step.configs == ("ppo",) and step.composition
+    text = written.read_text()
+    assert 'severity = "nominal"' in text and 'observed = "seen"' in text
+
+
 def test_a_stale_baseline_entry_is_reported_by_name(tmp_path):
     path = _write(tmp_path, _VALID)
     out = tmp_path / "r.json"
