@@ -30,7 +30,8 @@ _ESTIMATOR_OPS = {
     "reinforce_pp": "advantage_reinforce_pp",
     "reinforce_pp_baseline": "advantage_reinforce_pp_baseline",
 }
-_ALWAYS = ("place_reward_last", "ppo_clip_loss", "actor_loss", "agg_loss", "policy_loss_reduced")
+_POLICY_LOSS_OPS = {"ppo_clip": "ppo_clip_loss", "sapo": "sapo_loss"}
+_ALWAYS = ("place_reward_last", "actor_loss", "agg_loss", "policy_loss_reduced")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +60,7 @@ class TrainerConfig:
         """The contract operations this config's step runs."""
         cfg = self.resolved
         ops = set(_ALWAYS) | {_ESTIMATOR_OPS[cfg["estimator"]]} | set(self.extra_ops)
+        ops.add(_POLICY_LOSS_OPS[cfg["policy_loss"]])
         if cfg["kl_in_reward"]:
             ops |= {"apply_kl_in_reward", "kl_controller_update"}
         if cfg["kl_loss"]:

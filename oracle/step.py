@@ -6,8 +6,8 @@ The chain is the contract's own functions composed in a trainer's order, on ragg
 1. ``token_rewards``: the score placed on one token (reward.place_last), minus
    beta * KL(old, ref) on action tokens when the config puts KL in the reward (kl.in_reward);
 2. ``advantages`` / ``returns``: the config's estimator (adv.*) on those rewards;
-3. ``per_token_loss``: the policy loss (loss.ppo_clip, dual clip with ``clip_ratio_c``),
-   minus ``entropy_coeff`` * entropy, plus ``kl_loss_coef`` * KL(logp, ref) (loss.total);
+3. ``per_token_loss``: the policy loss (loss.ppo_clip, dual clip with ``clip_ratio_c``;
+   or loss.sapo's gate with ``sapo_tau_pos`` / ``sapo_tau_neg``), minus ``entropy_coeff`` * entropy, plus ``kl_loss_coef`` * KL(logp, ref) (loss.total);
 4. ``loss``: the per-token loss aggregated over the whole mini-batch in the config's mode,
    with global denominators (agg.*): the value micro-batches and ranks must add up to;
 5. the analytic gradient of that loss with respect to the current log-probs and entropies
@@ -49,7 +49,9 @@ STEP_SETTINGS: dict[str, Any] = {
     "kl_loss": False,
     "kl_loss_estimator": "k3",
     "kl_loss_coef": 0.001,
-    "policy_loss": "ppo_clip",
+    "policy_loss": "ppo_clip",  # ppo_clip (loss.ppo_clip / loss.dual_clip) | sapo (loss.sapo)
+    "sapo_tau_pos": 1.0,  # loss.sapo's temperatures (policy_loss = sapo)
+    "sapo_tau_neg": 1.05,
     "clip_low": 0.2,
     "clip_high": 0.2,
     "clip_ratio_c": None,  # dual clip on A < 0 when set (loss.dual_clip)
@@ -73,6 +75,7 @@ STEP_SETTINGS: dict[str, Any] = {
 }
 
 ESTIMATORS = ("grpo", "rloo", "gae", "reinforce_pp", "reinforce_pp_baseline")
+POLICY_LOSSES = ("ppo_clip", "sapo")
 
 
 def resolve(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -86,8 +89,16 @@ def resolve(settings: Mapping[str, Any]) -> dict[str, Any]:
         raise ContractError(
             CLAUSE, f"estimator {resolved['estimator']!r} has no step oracle; one of {ESTIMATORS}"
         )
-    if resolved["policy_loss"] != "ppo_clip":
-        raise ContractError(CLAUSE, f"policy loss {resolved['policy_loss']!r} has no step oracle")
+    if resolved["policy_loss"] not in POLICY_LOSSES:
+        raise ContractError(
+            CLAUSE,
+            f"policy loss {resolved['policy_loss']!r} has no step oracle; one of {POLICY_LOSSES}",
+        )
+    if (
+        resolved["policy_loss"] == "sapo"
+        and min(resolved["sapo_tau_pos"], resolved["sapo_tau_neg"]) <= 0.0
+    ):
+        raise ContractError(CLAUSE, "loss.sapo's temperatures must be positive")
     if resolved["estimator"] == "gae" and not resolved["critic"]:
         raise ContractError(CLAUSE, "estimator gae needs a critic (critic = true)")
     critic_mode = resolved["critic_loss_agg_mode"]
@@ -246,14 +257,27 @@ def _kl_clamps(choices: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _policy_loss(cfg: Mapping[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+    """The config's per-token policy loss, its gradient and their parameters."""
+    if cfg["policy_loss"] == "sapo":
+        params = {"tau_pos": cfg["sapo_tau_pos"], "tau_neg": cfg["sapo_tau_neg"]}
+        return loss_oracle.sapo_loss, loss_oracle.sapo_grad, params
+    params = {
+        "clip_low": cfg["clip_low"],
+        "clip_high": cfg["clip_high"],
+        "dual_clip": cfg["clip_ratio_c"],
+    }
+    return loss_oracle.ppo_clip_loss, loss_oracle.ppo_clip_grad, params
+
+
 def policy_terms(
     samples: Sequence[Mapping[str, Any]],
     advantage_rows: list[list[float]],
     cfg: Mapping[str, Any],
     choices: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """Stages 3-5 of the actor: per-token loss (loss.ppo_clip - entropy_coeff H + kl_loss_coef
-    KL, loss.total), the loss aggregated over the mini-batch (agg.*), and its gradient with
+    """Stages 3-5 of the actor: per-token loss (loss.ppo_clip or loss.sapo - entropy_coeff H +
+    kl_loss_coef KL, loss.total), the loss aggregated over the mini-batch (agg.*), and its gradient with
     respect to the current log-probs and entropies; plus the policy metrics."""
     masks = [list(s["mask"]) for s in samples]
     weights = agg_oracle.aggregate_gradient(
@@ -261,18 +285,10 @@ def policy_terms(
     )
     pg_rows, flag_rows, kl_rows, total_rows, entropy_rows = [], [], [], [], []
     grad_logp, grad_entropy = [], []
-    clip = {
-        "clip_low": cfg["clip_low"],
-        "clip_high": cfg["clip_high"],
-        "dual_clip": cfg["clip_ratio_c"],
-    }
+    policy_loss, policy_grad, params = _policy_loss(cfg)
     for s, a, w in zip(samples, advantage_rows, weights):
-        pg, flags = loss_oracle.ppo_clip_loss(
-            s["old"], s["logp"], a, s["mask"], uid=s["uid"], **clip
-        )
-        pg_grad = loss_oracle.ppo_clip_grad(
-            s["old"], s["logp"], a, s["mask"], w, uid=s["uid"], **clip
-        )
+        pg, flags = policy_loss(s["old"], s["logp"], a, s["mask"], uid=s["uid"], **params)
+        pg_grad = policy_grad(s["old"], s["logp"], a, s["mask"], w, uid=s["uid"], **params)
         if cfg["kl_loss"]:
             kl, kl_grad = kl_oracle.kl_penalty(
                 s["logp"], s["ref"], cfg["kl_loss_estimator"], uid=s["uid"], **_kl_clamps(choices)

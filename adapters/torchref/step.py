@@ -3,7 +3,7 @@
 Every stage is one of torchref's contract operations called through ``self`` (so a mutant
 that replaces one operation changes the step exactly where a trainer's would):
 ``place_reward_last`` -> ``apply_kl_in_reward`` (KL in reward) -> ``advantage_<estimator>``
--> per micro-batch ``ppo_clip_loss``, ``kl_penalty`` (KL loss), ``actor_loss``, ``agg_loss``
+-> per micro-batch ``ppo_clip_loss`` (or ``sapo_loss``), ``kl_penalty`` (KL loss), ``actor_loss``, ``agg_loss``
 with the mini-batch's global denominators (``agg_batch_info`` summed over micro-batches),
 ``backward``; the critic the same way with ``value_loss``; ``kl_controller_update`` carries the
 in-reward coefficient to the next step.
@@ -51,6 +51,15 @@ TORCHREF_CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     (
         "ppo_gae",
         {"estimator": "gae", "critic": True, "gamma": 0.9, "lam": 0.8, "clip_ratio_c": 3.0},
+    ),
+    (
+        "sapo",
+        {
+            "policy_loss": "sapo",
+            "sapo_tau_pos": 1.0,
+            "sapo_tau_neg": 1.05,
+            "loss_agg_mode": "seq-mean-token-mean",
+        },
     ),
     (
         "reinforce_pp_baseline_token_sum",
@@ -109,6 +118,34 @@ class StepOps:
             adv = torch.where(mask.bool(), ret - batch.values, 0.0)
         return adv, ret
 
+    def _policy(
+        self,
+        cfg: dict[str, Any],
+        old: torch.Tensor,
+        logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The config's per-token policy loss: ``sapo_loss`` or ``ppo_clip_loss``."""
+        if cfg["policy_loss"] == "sapo":
+            return self.sapo_loss(
+                old,
+                logp,
+                advantages,
+                mask,
+                tau_pos=cfg["sapo_tau_pos"],
+                tau_neg=cfg["sapo_tau_neg"],
+            )
+        return self.ppo_clip_loss(
+            old,
+            logp,
+            advantages,
+            mask,
+            clip_ratio_low=cfg["clip_low"],
+            clip_ratio_high=cfg["clip_high"],
+            clip_ratio_c=cfg["clip_ratio_c"],
+        )
+
     def train_step(
         self, batch: StepBatch, config: TrainerConfig, state: dict[str, Any] | None = None
     ) -> StepOutput:
@@ -154,14 +191,8 @@ class StepOps:
             index = torch.tensor(rows, dtype=torch.long)
             m = _rows(mask, index)
             logp, ent = _rows(batch.log_probs, index), _rows(batch.entropy, index)
-            pg, pg_metrics = self.ppo_clip_loss(
-                _rows(batch.old_log_probs, index),
-                logp,
-                _rows(advantages, index),
-                m,
-                clip_ratio_low=cfg["clip_low"],
-                clip_ratio_high=cfg["clip_high"],
-                clip_ratio_c=cfg["clip_ratio_c"],
+            pg, pg_metrics = self._policy(
+                cfg, _rows(batch.old_log_probs, index), logp, _rows(advantages, index), m
             )
             if cfg["kl_loss"]:
                 kl = self.kl_penalty(
@@ -181,7 +212,7 @@ class StepOps:
             sums["policy_loss"] += float(self.agg_loss(pg.detach(), m, cfg["loss_agg_mode"], **agg))
             sums["entropy"] += float(self.agg_loss(ent.detach(), m, cfg["loss_agg_mode"], **agg))
             sums["kl_loss"] += float(self.agg_loss(kl.detach(), m, cfg["loss_agg_mode"], **agg))
-            sums["clipped"] += float(pg_metrics["clipfrac"]) * n_tokens
+            sums["clipped"] += float(pg_metrics.get("clipfrac", 0.0)) * n_tokens
             on = m.bool()
             sums["entropy_sum"] += float(ent.detach()[on].sum())
             sums["kl_sum"] += float(kl.detach()[on].sum())

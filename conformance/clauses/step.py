@@ -80,15 +80,16 @@ UPDATE_CHECKS = (
     "value_gradient",
 )
 # The contract operations behind each stage (a finding of one of these ops is judged by it).
+_POLICY_OPS = ("ppo_clip_loss", "sapo_loss")
 STAGE_OPS: dict[str, tuple[str, ...]] = {
     "token_rewards": ("place_reward_last", "apply_kl_in_reward"),
     "advantages": tuple(f"advantage_{e}" for e in oracle.ESTIMATORS),
     "returns": tuple(f"advantage_{e}" for e in oracle.ESTIMATORS),
-    "per_token_loss": ("ppo_clip_loss", "kl_penalty", "actor_loss", "policy_loss_reduced"),
+    "per_token_loss": (*_POLICY_OPS, "kl_penalty", "actor_loss", "policy_loss_reduced"),
     "loss": ("agg_loss", "agg_batch_info", "actor_loss", "policy_loss_reduced"),
-    "gradient": ("ppo_clip_loss", "kl_penalty", "actor_loss", "agg_loss", "policy_loss_reduced"),
+    "gradient": (*_POLICY_OPS, "kl_penalty", "actor_loss", "agg_loss", "policy_loss_reduced"),
     "gradient_off_actions": (
-        "ppo_clip_loss",
+        *_POLICY_OPS,
         "kl_penalty",
         "actor_loss",
         "agg_loss",
@@ -484,6 +485,7 @@ def _adv_case(
 
 def _token_scale(s: dict[str, Any], adv: list[float], cfg: dict[str, Any]) -> list[float]:
     """Rounding conditioning of one token's actor loss (and of its gradient / weight)."""
+    sapo = cfg["policy_loss"] == "sapo"
     out = []
     for t, m in enumerate(s["mask"]):
         if not m:
@@ -492,8 +494,10 @@ def _token_scale(s: dict[str, Any], adv: list[float], cfg: dict[str, Any]) -> li
         x = max(-20.0, min(20.0, s["logp"][t] - s["old"][t]))
         d = abs(s["ref"][t] - s["logp"][t])
         kl_scale = math.exp(min(d, 20.0)) * (1 + d) + d + 1 if cfg["kl_loss"] else 0.0
+        # loss.sapo's gate is at most 4 / tau (its gradient at most |A| r, as the clip's)
+        gate = 4.0 / min(cfg["sapo_tau_pos"], cfg["sapo_tau_neg"]) if sapo else 0.0
         out.append(
-            abs(adv[t]) * (math.exp(x) * (1 + abs(x)) + 1)
+            abs(adv[t]) * (math.exp(x) * (1 + abs(x)) + 1 + gate)
             + cfg["entropy_coeff"] * abs(s["entropy"][t])
             + cfg["kl_loss_coef"] * kl_scale
         )

@@ -40,6 +40,11 @@ def clipfrac_zero(orig, *args, **kwargs):
     return loss, {"clipfrac": metrics["clipfrac"] * 0}
 
 
+def sapo_swapped(orig, old, logp, adv, mask, *, tau_pos, tau_neg):
+    """loss.sapo's temperatures swapped by the advantage's sign: the update changes."""
+    return orig.sapo_loss(old, logp, adv, mask, tau_pos=tau_neg, tau_neg=tau_pos)
+
+
 def agg_local(
     orig,
     loss_mat,

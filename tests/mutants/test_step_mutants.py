@@ -31,6 +31,7 @@ CASES = [
     ),
     ({"ppo_clip_loss": m.clipfrac_zero}, "loss.ppo_clip", "loss.ppo_clip", "metric", {"default"}),
     ({"advantage_opo": m.opo_shifted}, "adv.opo", "adv.opo", "unreached", set()),
+    ({"sapo_loss": m.sapo_swapped}, "loss.sapo", "loss.sapo", "update", {"sapo"}),
 ]
 
 

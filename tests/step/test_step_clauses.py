@@ -86,3 +86,20 @@ def test_reference_targets_pass_under_every_adapter_config(clause_id, fixture, r
     target = with_overrides(base, trainer_configs=lambda self: configs)
     result = certify_one(target, clause_id)
     assert result.status == "pass", result.message
+
+
+def test_sapo_step_on_policy_is_twice_the_clipped_loss_with_the_same_gradient():
+    """At ratio 1 (on-policy) SAPO's gate is 4/tau sigmoid(0) = 2/tau and its slope
+    4 sigma'(0) = 1: with tau_pos = tau_neg = 1 the step's loss is twice the clipped
+    surrogate's (-A vs -2A per token) and the gradient is the same -A w."""
+    samples = [dict(s) for s in EXAMPLES[0]["samples"]]
+    common = {"on_policy": True, "loss_agg_mode": "seq-mean-token-mean"}
+    clipped = train_step(samples, common)
+    sapo = train_step(
+        samples, {**common, "policy_loss": "sapo", "sapo_tau_pos": 1.0, "sapo_tau_neg": 1.0}
+    )
+    assert any(abs(g) > 1e-3 for row in clipped["grad_logp"] for g in row)
+    assert math.isclose(sapo["loss"], 2.0 * clipped["loss"], rel_tol=1e-12, abs_tol=1e-15)
+    for got, want in zip(sapo["grad_logp"], clipped["grad_logp"]):
+        assert got == [pytest.approx(w, rel=1e-12, abs=1e-15) for w in want]
+    assert sapo["metrics"]["clip_fraction"] == 0.0
