@@ -81,6 +81,8 @@ AREAL_STEP_CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("dr_grpo", {"reward_norm": {"mean_level": "group", "std_level": None}, "kl_ctl": 0.0}),
     ("grpo_dual_clip", {"reward_norm": _GROUP_NORM, "kl_ctl": 0.0, "c_clip": 3.0}),
     ("grpo_clip_higher", {"reward_norm": _GROUP_NORM, "kl_ctl": 0.0, "eps_clip_higher": 0.28}),
+    # grpo_loss_fn's sapo_loss_fn in place of the clipped surrogate (its default temperatures)
+    ("grpo_sapo", {"reward_norm": _GROUP_NORM, "kl_ctl": 0.0, "use_sapo_loss": True}),
     # every sample of the cases ends with its EOS (max_new_tokens is far above the longest):
     # the option must change nothing
     (
@@ -104,7 +106,6 @@ AREAL_STEP_CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
 
 # Options with no step oracle: (field, the value the binding supports).
 _FIXED = (
-    ("use_sapo_loss", False),
     ("importance_sampling_level", "token"),
     ("m2_threshold", None),
     ("rejection_sampling", None),
@@ -188,7 +189,9 @@ def contract_settings(config: Any, critic: Any = None) -> dict[str, Any]:
         "kl_coef": float(config.kl_ctl),
         "kl_ctrl": "fixed",
         "kl_loss": False,
-        "policy_loss": "ppo_clip",
+        "policy_loss": "sapo" if config.use_sapo_loss else "ppo_clip",
+        "sapo_tau_pos": float(config.sapo_tau_pos),
+        "sapo_tau_neg": float(config.sapo_tau_neg),
         "clip_low": float(config.eps_clip),
         "clip_high": float(high),
         "clip_ratio_c": None if config.c_clip is None else float(config.c_clip),
@@ -365,7 +368,6 @@ def standin_engine(
 # unmeasured, not unreached: conformance.consequence.unbound)
 STEP_UNBOUND_OPS = {
     "gspo_loss": "importance_sampling_level='sequence' (no step config binds it yet)",
-    "sapo_loss": "use_sapo_loss=True (no step config binds it yet)",
     **{
         op: "use_decoupled_loss=True with rejection_sampling (no step config binds it yet)"
         for op in ("tis_weights", "icepop_weights", "is_correction_weights")

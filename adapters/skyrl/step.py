@@ -83,6 +83,11 @@ SKYRL_STEP_CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("rloo", {"advantage_estimator": "rloo", "use_kl_loss": False}),
     ("reinforce_pp", {"advantage_estimator": "reinforce++", "use_kl_loss": False}),
     ("dual_clip", {"policy_loss_type": "dual_clip", "use_kl_loss": False}),
+    # sapo_policy_loss with the reduction it asks for (its default temperatures)
+    (
+        "sapo",
+        {"policy_loss_type": "sapo", "loss_reduction": "sequence_mean", "use_kl_loss": False},
+    ),
     ("clip_higher", {"eps_clip_high": 0.28, "use_kl_loss": False}),
     ("entropy_bonus", {"use_entropy_loss": True, "entropy_loss_coef": 0.01, "use_kl_loss": False}),
     ("kl_in_reward", {"use_kl_in_reward": True, "use_kl_loss": False, "kl_estimator_type": "k1"}),
@@ -100,7 +105,7 @@ _REDUCTIONS = {
     "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
 }
 _ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce++": "reinforce_pp", "gae": "gae"}
-_POLICY_LOSSES = ("regular", "dual_clip")
+_POLICY_LOSSES = ("regular", "dual_clip", "sapo")
 
 
 def contract_settings(algorithm: Any, critic: bool = False) -> dict[str, Any]:
@@ -155,7 +160,9 @@ def contract_settings(algorithm: Any, critic: bool = False) -> dict[str, Any]:
         "kl_loss": bool(algorithm.use_kl_loss),
         "kl_loss_estimator": algorithm.kl_estimator_type,
         "kl_loss_coef": kl_coef,
-        "policy_loss": "ppo_clip",
+        "policy_loss": "sapo" if algorithm.policy_loss_type == "sapo" else "ppo_clip",
+        "sapo_tau_pos": float(algorithm.sapo.tau_pos),
+        "sapo_tau_neg": float(algorithm.sapo.tau_neg),
         "clip_low": float(algorithm.eps_clip_low),
         "clip_high": float(algorithm.eps_clip_high),
         "clip_ratio_c": (
@@ -340,9 +347,8 @@ def _log_probs(trainer: Any, rows: list[int], lengths: list[int], batch: StepBat
 # operations SkyRL's trainer runs under options no step config covers (their findings are
 # unmeasured, not unreached: conformance.consequence.unbound)
 STEP_UNBOUND_OPS = {
-    "gspo_loss": "policy_loss_type='gspo' (the step oracle has the PPO clip loss only)",
-    "cispo_loss": "policy_loss_type='cispo' (the step oracle has the PPO clip loss only)",
-    "sapo_loss": "policy_loss_type='sapo' (the step oracle has the PPO clip loss only)",
+    "gspo_loss": "policy_loss_type='gspo' (the step oracle has the PPO clip and SAPO losses only)",
+    "cispo_loss": "policy_loss_type='cispo' (the step oracle has the PPO clip and SAPO losses only)",
 }
 
 

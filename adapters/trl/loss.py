@@ -32,7 +32,7 @@ _K3 = ("k3", "low_var_kl")
 
 class LossBindings:
     """``ppo_clip_loss`` (with ``delta`` as the dual clip), ``gspo_loss``, ``cispo_loss``,
-    ``kl_penalty`` / ``importance_weighted_kl`` (k3) and ``agg_loss`` / ``agg_batch_info``."""
+    ``sapo_loss``, ``kl_penalty`` / ``importance_weighted_kl`` (k3) and ``agg_loss`` / ``agg_batch_info``."""
 
     shell: Any
     release_table: Any
@@ -108,6 +108,28 @@ class LossBindings:
             clip_ratio_high,
             None,
         )
+
+    def sapo_loss(
+        self,
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        tau_pos: float,
+        tau_neg: float,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """loss_type sapo: ``sapo_temperature_pos`` / ``sapo_temperature_neg`` (the per-token
+        loss does not depend on sapo's grpo-style normaliser); no clip metric belongs to it."""
+        _, per_token_loss, _ = self._run(
+            sapo_fields(tau_pos, tau_neg),
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            per_token=True,
+        )
+        return per_token_loss, {}
 
     def policy_loss_reduced(
         self,
@@ -335,6 +357,15 @@ def _loss_fields(
             )
         return {"loss_type": "cispo", "epsilon_high": 1.0 + clip_high}
     raise Unsupported(f"TRL has no {mode!r} policy loss")
+
+
+def sapo_fields(tau_pos: float, tau_neg: float) -> dict[str, Any]:
+    """GRPOConfig fields of loss.sapo: loss_type sapo and its two temperatures."""
+    return {
+        "loss_type": "sapo",
+        "sapo_temperature_pos": float(tau_pos),
+        "sapo_temperature_neg": float(tau_neg),
+    }
 
 
 def _denominators(

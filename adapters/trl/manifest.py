@@ -57,6 +57,11 @@ BINDINGS: dict[str, dict[str, object]] = {
         "functions": [_LOSS],
         "path": f"{_LOSS_PATH} (loss_type='cispo', epsilon_high = 1 + eps_high; metric cispo_clip_ratio)",
     },
+    "sapo_loss": {
+        "functions": [_LOSS],
+        "path": f"{_LOSS_PATH} (loss_type='sapo', sapo_temperature_pos / sapo_temperature_neg; "
+        "local per_token_loss)",
+    },
     "policy_loss_reduced": {
         "functions": [_LOSS],
         "path": f"{_LOSS_PATH} (the returned scalar; loss_type dapo, num_items_in_batch, "

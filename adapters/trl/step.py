@@ -51,6 +51,7 @@ TRL_STEP_CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("dr_grpo", {"loss_type": "dr_grpo", "scale_rewards": "none"}),
     ("entropy_bonus", {"entropy_coef": 0.01}),
     ("two_iterations", {"num_iterations": 2}),
+    ("sapo", {"loss_type": "sapo"}),
 )
 
 # TRL loss type -> the contract's aggregation mode of its normaliser
@@ -60,6 +61,7 @@ _AGG_MODES = {
     "grpo": "seq-mean-token-mean",
     "luspo": "seq-mean-token-sum",
     "dr_grpo": "seq-mean-token-sum-norm",
+    "sapo": "seq-mean-token-mean",  # _compute_loss: sapo shares grpo's normaliser
 }
 
 # contract metric -> TRL's logged name
@@ -111,7 +113,9 @@ def contract_settings(args: Any) -> dict[str, Any]:
         "kl_loss": args.beta != 0.0,
         "kl_loss_estimator": "k3",
         "kl_loss_coef": float(args.beta),
-        "policy_loss": "ppo_clip",
+        "policy_loss": "sapo" if args.loss_type == "sapo" else "ppo_clip",
+        "sapo_tau_pos": float(args.sapo_temperature_pos),
+        "sapo_tau_neg": float(args.sapo_temperature_neg),
         "clip_low": float(args.epsilon),
         "clip_high": float(high),
         "entropy_coeff": float(args.entropy_coef),

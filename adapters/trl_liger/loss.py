@@ -5,9 +5,9 @@ Every operation runs ``GRPOTrainer.compute_loss`` with ``use_liger_kernel=True``
 Liger, divides by the accumulation steps and logs the metrics.
 
 - ``ppo_clip_loss`` (``delta`` = TRL's dual clip), ``gspo_loss``, ``cispo_loss``,
-  ``kl_penalty`` / ``importance_weighted_kl`` and ``agg_loss``: one-chunk mode, the
-  per-token loss ``per_token_loss`` and KL ``kl_div`` read back from ``ppo_loss_fn``'s
-  frame at its return (``capture_locals``);
+  ``sapo_loss``, ``kl_penalty`` / ``importance_weighted_kl`` and ``agg_loss``: one-chunk
+  mode, the per-token loss ``per_token_loss`` and KL ``kl_div`` read back from
+  ``ppo_loss_fn``'s frame at its return (``capture_locals``);
 - ``policy_loss_reduced``: the fused loss itself (hidden states -> float32 log-probs in
   the fused kernel -> loss, its hand-written backward), the scalar the trainer
   back-propagates;
@@ -93,6 +93,24 @@ class LigerLossBindings:
         """loss_type cispo (``epsilon_high`` is the weight's upper bound, as in TRL)."""
         fields = trl_loss._loss_fields("cispo", clip_ratio_low, clip_ratio_high, None)
         return self._per_token(fields, old_log_prob, log_prob, advantages, response_mask)
+
+    def sapo_loss(
+        self,
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        tau_pos: float,
+        tau_neg: float,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """loss_type sapo with its two temperatures (Liger's ``clip_ratio`` for sapo is a
+        constant 0, no metric of the clause)."""
+        fields = trl_loss.sapo_fields(tau_pos, tau_neg)
+        per_token_loss, _ = self._per_token(
+            fields, old_log_prob, log_prob, advantages, response_mask
+        )
+        return per_token_loss, {}
 
     def policy_loss_reduced(
         self,

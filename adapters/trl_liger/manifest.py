@@ -41,6 +41,10 @@ BINDINGS: dict[str, dict[str, object]] = {
         "functions": [_BRANCH, _CHUNK, _PPO],
         "path": f"{_PATH} (loss_type='cispo', epsilon_high = 1 + eps_high{_ONE_CHUNK})",
     },
+    "sapo_loss": {
+        "functions": [_BRANCH, _CHUNK, _PPO],
+        "path": f"{_PATH} (loss_type='sapo', sapo_temperature_pos / sapo_temperature_neg{_ONE_CHUNK})",
+    },
     "policy_loss_reduced": {
         "functions": [_BRANCH, _FUSED],
         "path": f"{_PATH} (the fused loss on hidden states, compiled=False; the returned "

@@ -36,7 +36,7 @@ BINDING = """\
   `torch.distributed`'s world size).
 - **compiled=False**: the trainer's loss math is `torch.compile`d (Liger's default); on CPU the
   adapter runs the same function eagerly (`RLCONFORM_LIGER_COMPILED=1` keeps it compiled).
-- **Per-token operations** (`ppo_clip_loss`, `gspo_loss`, `cispo_loss`, the KL, `agg_loss`) run
+- **Per-token operations** (`ppo_clip_loss`, `gspo_loss`, `cispo_loss`, `sapo_loss`, the KL, `agg_loss`) run
   `compute_liger_loss` with the fused function's per-chunk math (`_compute_loss_from_logps` with
   `ppo_loss_fn`) on the micro-batch as one chunk, reading `per_token_loss` / `kl_div` back;
   `policy_loss_reduced` and the step run the fused loss itself.

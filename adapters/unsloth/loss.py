@@ -7,8 +7,8 @@ Every operation runs the generated ``compute_loss``'s call of
   states in Unsloth's chunked log-softmax, ``UnslothEfficientGRPO``'s loss and its
   precomputed gradient), the loss the trainer back-propagates;
 - ``ppo_clip_loss`` (``delta`` = the dual clip), ``gspo_loss``, ``cispo_loss``,
-  ``kl_penalty`` / ``importance_weighted_kl``: the per-token values. ``UnslothEfficientGRPO``
-  runs ``grpo_compute_loss`` inside ``torch.func.grad_and_value``, where its locals are
+  ``sapo_loss``, ``kl_penalty`` / ``importance_weighted_kl``: the per-token values.
+  ``UnslothEfficientGRPO`` runs ``grpo_compute_loss`` inside ``torch.func.grad_and_value``, where its locals are
   functorch tensors; the binding reads the inputs ``grpo_accumulated_loss`` hands it (its
   locals at return: the new log-probs with their graph, the masks it rebuilt, the keywords it
   formed) and calls ``grpo_compute_loss`` on them once more, outside the transform, reading
@@ -99,6 +99,24 @@ class UnslothLossBindings:
         """loss_type cispo (``epsilon_high`` is the weight's upper bound, as in TRL)."""
         fields = trl_loss._loss_fields("cispo", clip_ratio_low, clip_ratio_high, None)
         return self._per_token(fields, old_log_prob, log_prob, advantages, response_mask)
+
+    def sapo_loss(
+        self,
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        tau_pos: float,
+        tau_neg: float,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """loss_type sapo with its two temperatures (the trainer's temperatures reach
+        ``grpo_compute_loss`` as keywords)."""
+        fields = trl_loss.sapo_fields(tau_pos, tau_neg)
+        per_token_loss, _ = self._per_token(
+            fields, old_log_prob, log_prob, advantages, response_mask
+        )
+        return per_token_loss, {}
 
     def policy_loss_reduced(
         self,

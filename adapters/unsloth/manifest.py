@@ -48,6 +48,10 @@ BINDINGS: dict[str, dict[str, object]] = {
         "functions": [_ACC, _MATH],
         "path": f"{_PATH} (loss_type='cispo', epsilon_high = 1 + eps_high{_AGAIN})",
     },
+    "sapo_loss": {
+        "functions": [_ACC, _MATH],
+        "path": f"{_PATH} (loss_type='sapo', sapo_temperature_pos / sapo_temperature_neg{_AGAIN})",
+    },
     "policy_loss_reduced": {
         "functions": [_ACC, _EFF, _MATH],
         "path": f"{_PATH} -> UnslothEfficientGRPO (log-probs from hidden states in Unsloth's "

@@ -44,6 +44,8 @@ UNSLOTH_STEP_CONFIGS: tuple[tuple[str, dict[str, Any]], ...] = (
     # set explicitly: epsilon_high 0.28, mask_truncated_completions True
     ("dapo", {"loss_type": "dapo"}),
     ("two_iterations", {"num_iterations": 2}),
+    # as bnpo: beta resolves to 0.001, the KL term is on
+    ("sapo", {"loss_type": "sapo", "use_bias_correction_kl": False}),
     # Unsloth's own memory chunking (unsloth_num_chunks is ignored on 2026.10: always one
     # chunk). unsloth_grpo_mini_batch counts the forward's mini-batches (ceil(rows / it)
     # rows each; above the micro-batch's rows, one row each), the logit chunk multiplier

@@ -280,6 +280,21 @@ class ActorLossOps:
             clip_ratio_high=clip_ratio_high,
         )
 
+    def sapo_loss(self, old_log_prob, log_prob, advantages, response_mask, *, tau_pos, tau_neg):
+        """loss.sapo: ``sapo`` with ``ActorConfig.tau_pos`` / ``tau_neg`` (the per-token loss
+        is the ``loss_mat`` it aggregates; its pg_clipfrac is a constant 0, no metric of the
+        clause)."""
+        loss, _ = self._policy_loss(
+            "sapo",
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            tau_pos=float(tau_pos),
+            tau_neg=float(tau_neg),
+        )
+        return loss, {}
+
     def dppo_tv_loss(
         self,
         old_log_prob,

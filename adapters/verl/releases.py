@@ -233,6 +233,7 @@ def _loss_bindings(actor: str) -> dict[str, dict[str, Any]]:
         "gspo_loss": _binding([*via, f"{_CORE}.compute_policy_loss_gspo"], actor),
         "cispo_loss": _binding([*via, f"{_CORE}.compute_policy_loss_cispo"], actor),
         "dppo_tv_loss": _binding([*via, f"{_CORE}.compute_policy_loss_dppo_tv"], actor),
+        "sapo_loss": _binding([*via, f"{_CORE}.compute_policy_loss_sapo"], actor),
         "gmpo_loss": _binding([*via, f"{_CORE}.compute_policy_loss_geo_mean"], actor),
         "policy_loss_reduced": _binding(
             [f"{_LOSSES}.ppo_loss", f"{_CORE}.get_policy_loss_fn", f"{_CORE}.agg_loss"],

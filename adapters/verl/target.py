@@ -42,6 +42,7 @@ UNBOUND_OPTIONS = {
     "gmpo_loss": f"{_LOSS_MODE}=geo_mean",
     "cispo_loss": f"{_LOSS_MODE}=cispo",
     "dppo_tv_loss": f"{_LOSS_MODE}=dppo_tv",
+    "sapo_loss": f"{_LOSS_MODE}=sapo",
     "advantage_remax": "algorithm.adv_estimator=remax",
     "advantage_opo": "algorithm.adv_estimator=opo",
     "advantage_optimal_token_baseline": "algorithm.adv_estimator=optimal_token_baseline",

@@ -1136,6 +1136,19 @@ _SAPO_EXAMPLES = (
         "pad_value": NAN,
         "extra_pad": 2,
     },
+    # One advantage per completion (the layout TRL, Liger and Unsloth take) with a log-ratio
+    # of 99.5, beyond float32 exp's range: the contract's clamp saturates the gate (loss
+    # -4A/tau, gradient 0), an unclamped ratio is inf and its gradient 0 x inf.
+    {
+        "tau_pos": 1.0,
+        "tau_neg": 1.05,
+        "samples": [
+            _sample("s0", [1, 1], [-100.0, -1.0], [-0.5, -0.75], [1.0, 1.0]),
+            _sample("s1", [1, 1], [-1.0, -99.0], [-1.25, -0.5], [-0.5, -0.5]),
+        ],
+        "pad_value": 0.0,
+        "extra_pad": 1,
+    },
     _zero_width(tau_pos=1.0, tau_neg=1.05),
 )
 

@@ -86,6 +86,23 @@ def test_grpo_step_by_hand(areal):
     assert grad[0, 2].item() == 0.0 and grad[1, 1:].abs().sum().item() == 0.0
 
 
+def test_sapo_step_by_hand(areal):
+    # grpo_sapo: the same group as above (A = +-0.70710), ratio 1: the gate is
+    # (4 / tau) sigmoid(0) = 2 / tau, so the per-token loss is -2A / tau (tau_pos 1 for
+    # A > 0, tau_neg 1.05 for A < 0) and its slope 4 sigma'(0) = 1 gives the plain -A:
+    # loss = (-2a - 2a + 2a / 1.05) / 3 token-mean, gradient -A / 3 as the clipped loss.
+    cfg = _config(areal, "grpo_sapo").resolved
+    assert (cfg["policy_loss"], cfg["sapo_tau_pos"], cfg["sapo_tau_neg"]) == ("sapo", 1.0, 1.05)
+    batch = _batch([2, 1], [[1, 1], [1]], [1.0, 0.0], ["g", "g"], [[0], [1]])
+    out = areal.train_step(batch, _config(areal, "grpo_sapo"))
+    a = 0.5 / (math.sqrt(0.5) + 1e-5)
+    assert out.loss == pytest.approx((-4.0 * a + 2.0 * a / 1.05) / 3, rel=1e-5)
+    grad = batch.log_probs.grad
+    assert grad[0, :2].tolist() == pytest.approx([-a / 3, -a / 3], rel=1e-5)
+    assert grad[1, 0].item() == pytest.approx(a / 3, rel=1e-5)
+    assert grad[0, 2].item() == 0.0 and grad[1, 1:].abs().sum().item() == 0.0
+
+
 def test_default_kl_reward_by_hand(areal):
     # default: old -1, ref -1.5 on every token: k1 = old - ref = 0.5, reward -0.1 * 0.5 =
     # -0.05 per action token, the score 1 on the last one; advantages are the sums of the

@@ -32,6 +32,12 @@ def test_configs_are_read_off_skyrls_config(skyrl):
     assert configs["dr_grpo"]["loss_agg_mode"] == "seq-mean-token-sum-norm"
     assert configs["dr_grpo"]["norm_length"] == 16.0
     assert configs["dual_clip"]["clip_ratio_c"] == pytest.approx(3.0)
+    # sapo: sapo_policy_loss at SkyRL's temperatures, with the sequence_mean it asks for
+    assert (configs["sapo"]["policy_loss"], configs["sapo"]["loss_agg_mode"]) == (
+        "sapo",
+        "seq-mean-token-mean",
+    )
+    assert (configs["sapo"]["sapo_tau_pos"], configs["sapo"]["sapo_tau_neg"]) == (1.0, 1.05)
 
 
 def test_every_config_matches_the_oracle_on_an_ordinary_batch(skyrl):

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from rlconform.oracle import loss as oracle
+from tests.sapo_overflow import contract_loss_and_gradient
 from tests.trl.conftest import real_trl_skip_reason
 
 pytestmark = pytest.mark.skipif(
@@ -227,3 +228,30 @@ def test_sequence_ratio_overflows(shell):
         log_ratio_max=None,
     )
     assert losses == [pytest.approx(math.exp(99.5)), 0.0]  # contract
+
+
+def test_sapo_gate_overflows_to_a_nan_gradient(shell):
+    """loss.sapo (grad, overflow): TRL's ratio is exp(logp - old) unclamped. At log-ratio
+    0.5 (A = 1, tau_pos 1) the loss is -4 sigmoid(e^0.5 - 1) and the gradient -4 sigma'(.)
+    e^0.5, as the contract's. At log-ratio 99.5 the float32 ratio is inf: the loss is the
+    saturated -4A/tau = -4 (right), the gradient 4A sigma'(inf) inf = 0 x inf = NaN, where
+    the contract's ratio is capped at e^20 and its gradient 0 (torchref's)."""
+    temperatures = {"sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05}
+    z = math.exp(0.5) - 1.0
+    sig = 1.0 / (1.0 + math.exp(-z))
+    logps = torch.tensor([[-0.5]], requires_grad=True)
+    loss, captured, _ = _loss(
+        shell, logps, [[-1.0]], [1.0], [[1]], loss_type="sapo", **temperatures
+    )
+    assert float(captured["per_token_loss"][0, 0].detach()) == pytest.approx(-4.0 * sig, rel=1e-6)
+    (grad,) = torch.autograd.grad(loss, logps)
+    assert float(grad[0, 0]) == pytest.approx(-4.0 * sig * (1.0 - sig) * math.exp(0.5), rel=1e-5)
+
+    logps = torch.tensor([[-0.5]], requires_grad=True)
+    loss, captured, _ = _loss(
+        shell, logps, [[-100.0]], [1.0], [[1]], loss_type="sapo", **temperatures
+    )
+    assert float(captured["per_token_loss"][0, 0].detach()) == -4.0
+    (grad,) = torch.autograd.grad(loss, logps)
+    assert math.isnan(float(grad[0, 0]))  # TRL
+    assert contract_loss_and_gradient() == (pytest.approx(-4.0), 0.0)  # torchref

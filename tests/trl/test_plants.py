@@ -108,6 +108,31 @@ PLANTS = {
             "extra_pad": 1,
         },
     ),
+    "loss.sapo: the temperatures swapped by the advantage's sign": (
+        "loss.sapo",
+        lambda mp, cls: mutate(
+            mp,
+            cls,
+            "_compute_loss",
+            "self.args.sapo_temperature_pos, self.args.sapo_temperature_neg",
+            "self.args.sapo_temperature_neg, self.args.sapo_temperature_pos",
+        ),
+        {
+            "tau_pos": 1.0,
+            "tau_neg": 3.0,
+            "samples": [
+                {
+                    "uid": "s0",
+                    "mask": [1, 1],
+                    "old": [-1.0, -1.0],
+                    "logp": [-0.5, -1.5],
+                    "adv": [1.0, -1.0],
+                }
+            ],
+            "pad_value": 0.0,
+            "extra_pad": 1,
+        },
+    ),
     "offpolicy.is_correction: geometric-mean sequence ratio": (
         "offpolicy.is_correction",
         lambda mp, cls: mutate(

@@ -35,6 +35,7 @@ BOUND = {
     "loss.dual_clip",
     "loss.gspo",
     "loss.cispo",
+    "loss.sapo",
     "kl.estimators",
     "kl.importance_weighted",
     "agg.token_mean",

@@ -8,6 +8,7 @@ import torch
 
 from rlconform.adapters.base import Inexpressible
 from rlconform.adapters.trl_liger.fused import hidden_states
+from tests.sapo_overflow import contract_loss_and_gradient
 from tests.trl_liger.conftest import needs_liger
 
 
@@ -83,3 +84,40 @@ def test_per_token_advantages_are_inexpressible(liger):
             clip_ratio_low=0.2,
             clip_ratio_high=0.2,
         )
+
+
+@needs_liger
+def test_sapo_gate_overflows_to_a_nan_gradient():
+    """loss.sapo (grad, overflow), on Liger's ``ppo_loss_fn`` itself: the ratio is
+    exp(logp - old) unclamped, so at log-ratio 99.5 it is inf in float32; the gate saturates
+    to the right loss -4A/tau_pos = -4 but its gradient is 0 x inf = NaN, where the
+    contract caps the log-ratio at 20 and has gradient 0 (torchref's). At log-ratio 0.5 it is
+    the contract's -4 sigmoid(e^0.5 - 1)."""
+    import math
+
+    from liger_kernel.chunked_loss.grpo_loss import LigerFusedLinearGRPOFunction
+
+    def liger_loss(old: float, logp: torch.Tensor) -> torch.Tensor:
+        mask = torch.ones(1, 1)
+        loss, _ = LigerFusedLinearGRPOFunction.ppo_loss_fn(
+            logp,
+            mask,
+            torch.tensor([1.0]),
+            mask,
+            old_per_token_logps=torch.tensor([[old]]),
+            beta=0.0,
+            loss_type="sapo",
+            sapo_temperature_pos=1.0,
+            sapo_temperature_neg=1.05,
+        )
+        return loss
+
+    sig = 1.0 / (1.0 + math.exp(-(math.exp(0.5) - 1.0)))
+    logp = torch.tensor([[-0.5]], requires_grad=True)
+    assert liger_loss(-1.0, logp).item() == pytest.approx(-4.0 * sig, rel=1e-6)
+    logp = torch.tensor([[-0.5]], requires_grad=True)
+    loss = liger_loss(-100.0, logp)
+    assert loss.item() == -4.0
+    (grad,) = torch.autograd.grad(loss, logp)
+    assert math.isnan(grad.item())  # Liger
+    assert contract_loss_and_gradient() == (pytest.approx(-4.0), 0.0)  # torchref

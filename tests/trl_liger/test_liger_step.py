@@ -14,7 +14,7 @@ pytestmark = needs_liger
 
 def test_configs_are_plain_trls_on_the_liger_branch(liger):
     names = [c.name for c in liger.trainer_configs()]
-    assert names == ["default", "grpo_kl", "bnpo", "dr_grpo", "two_iterations", "luspo"]
+    assert names == ["default", "grpo_kl", "bnpo", "dr_grpo", "two_iterations", "sapo", "luspo"]
     args = liger.fused.config()
     assert args.use_liger_kernel is True and args.loss_type == "dapo"
 

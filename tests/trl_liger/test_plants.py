@@ -101,6 +101,22 @@ PLANTS = {
         ),
         _loss_case(),
     ),
+    "loss.sapo: the gate's scale drops its temperature (sapo_loss_fn)": (
+        "loss.sapo",
+        lambda mp: mutate(
+            mp,
+            _GRPO,
+            None,
+            "sapo_loss_fn",
+            "sigmoid_smoothed_loss * 4 / temperature",
+            "sigmoid_smoothed_loss * 4",
+        ),
+        {
+            **{k: v for k, v in _loss_case().items() if not k.startswith("clip_")},
+            "tau_pos": 1.0,
+            "tau_neg": 3.0,
+        },
+    ),
     "kl.importance_weighted: detached ratio (ppo_loss_fn)": (
         "kl.importance_weighted",
         lambda mp: mutate(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.sapo_overflow import contract_loss_and_gradient
 from tests.unsloth.conftest import needs_unsloth
 
 pytestmark = needs_unsloth
@@ -141,3 +142,32 @@ def test_an_overflowing_sequence_ratio_makes_the_gspo_loss_nan(unsloth):
     assert torch.isnan(loss)
     # the contract's value: the one action token's loss, -min(inf x -1, 1.2 x -1) = inf
     assert float(-torch.min(torch.tensor(float("inf")) * -1.0, torch.tensor(-1.2))) == float("inf")
+
+
+def test_an_overflowing_ratio_gives_a_nan_sapo_gradient(unsloth):
+    """loss.sapo (grad, overflow): on the trainer's path (no rollout_logps_as_old) the ratio
+    exp(new - old) is unclamped; at log-ratio 99.5 it is inf in float32, the gate saturates
+    to the right loss -4A/tau_pos = -4 and its gradient is 0 x inf = NaN, where the
+    contract caps the log-ratio at 20 and has gradient 0 (torchref's)."""
+    new = torch.tensor([[-0.5]], requires_grad=True)
+    loss, *_ = unsloth.zoo.grpo_compute_loss(
+        None,
+        new,
+        torch.tensor([[-100.0]]),
+        None,
+        torch.tensor([[1]]),
+        torch.ones(1, 1),
+        0.0,
+        torch.tensor([1.0]),
+        loss_type="sapo",
+        sapo_temperature_pos=1.0,
+        sapo_temperature_neg=1.05,
+        epsilon_low=0.2,
+        epsilon_high=0.2,
+        num_items_in_batch=1,
+        max_completion_length=1,
+    )
+    assert loss.item() == -4.0
+    loss.backward()
+    assert torch.isnan(new.grad[0, 0])
+    assert contract_loss_and_gradient() == (pytest.approx(-4.0), 0.0)  # torchref

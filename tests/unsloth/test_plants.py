@@ -60,6 +60,17 @@ PLANTS = {
             "extra_pad": 1,
         },
     ),
+    "loss.sapo: the temperatures swapped by the advantage's sign": (
+        "loss.sapo",
+        "torch.where(advantages > 0, sapo_temperature_pos, sapo_temperature_neg)",
+        "torch.where(advantages > 0, sapo_temperature_neg, sapo_temperature_pos)",
+        {
+            **_one(old=[-1.0, -1.0], logp=[-0.5, -1.5], adv=[1.0, 1.0]),
+            "tau_pos": 1.0,
+            "tau_neg": 3.0,
+            "extra_pad": 1,
+        },
+    ),
     "kl.estimators: k3 without its - log-ratio": (
         "kl.estimators",
         "kl_i = torch.expm1(kl_log_ratio) - kl_log_ratio",

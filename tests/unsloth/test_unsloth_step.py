@@ -32,6 +32,7 @@ def test_configs_are_resolved_as_unsloth_resolves_them(unsloth):
         "dr_grpo",
         "dapo",
         "two_iterations",
+        "sapo",
         "row_mini_batches",
     ]
     assert configs["default"]["loss_agg_mode"] == "token-mean"
@@ -44,6 +45,11 @@ def test_configs_are_resolved_as_unsloth_resolves_them(unsloth):
     assert configs["dapo"]["clip_high"] == pytest.approx(0.28)
     assert unsloth._step_config(loss_type="dapo").mask_truncated_completions is True
     assert configs["two_iterations"]["on_policy"] is False
+    # sapo: its gate with TRL's temperatures, grpo's normaliser, Unsloth's KL term (beta 0.001)
+    assert configs["sapo"]["policy_loss"] == "sapo"
+    assert (configs["sapo"]["sapo_tau_pos"], configs["sapo"]["sapo_tau_neg"]) == (1.0, 1.05)
+    assert configs["sapo"]["loss_agg_mode"] == "seq-mean-token-mean"
+    assert configs["sapo"]["kl_loss"] is True
 
 
 def test_config_sources_name_the_trl_release(unsloth):

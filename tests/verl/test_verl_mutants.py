@@ -135,6 +135,19 @@ def test_vanilla_reduced_per_micro_batch_fails_ppo_clip(monkeypatch, tmp_path):
     assert result["check"] == "shard_invariance"
 
 
+def test_sapo_with_its_temperatures_swapped_fails_sapo(monkeypatch, tmp_path):
+    original = core_algos.get_policy_loss_fn("sapo")
+
+    def swapped(*args, config, **kwargs):
+        # the gate of a positive advantage at tau_neg and of a negative one at tau_pos
+        config = dataclasses.replace(config, tau_pos=config.tau_neg, tau_neg=config.tau_pos)
+        return original(*args, config=config, **kwargs)
+
+    monkeypatch.setitem(core_algos.POLICY_LOSS_REGISTRY, "sapo", swapped)
+    result = _certify_fails_on("loss.sapo", tmp_path)
+    assert result["check"] == "loss"
+
+
 def test_gmpo_reduces_per_micro_batch_in_verl_itself(tmp_path):
     """Not a plant: verl's geo_mean takes torch.mean over the micro-batch's rows, so the
     engine's sum over micro-batches grows with their number; the shipped baseline declares

@@ -43,6 +43,8 @@ class GRPOConfig:
     epsilon: float = 0.2
     epsilon_high: float | None = None
     delta: float | None = None
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
     beta: float = 0.0
     use_bias_correction_kl: bool = True
     log_multimodal: bool = False

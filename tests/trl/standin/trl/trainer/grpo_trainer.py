@@ -169,6 +169,12 @@ class GRPOTrainer:
             weight = torch.clamp(coef_1, max=self.epsilon_high).detach()
             per_token_loss = -weight * advantages * logps
             clipped = coef_1 > self.epsilon_high
+        elif self.loss_type == "sapo":
+            tau = torch.where(
+                advantages > 0, self.args.sapo_temperature_pos, self.args.sapo_temperature_neg
+            )
+            per_token_loss = -torch.sigmoid(tau * (coef_1 - 1)) * 4 / tau * advantages
+            clipped = torch.zeros_like(action)
         else:
             coef_2 = torch.clamp(coef_1, 1 - self.epsilon_low, 1 + self.epsilon_high)
             if self.args.delta is not None:
