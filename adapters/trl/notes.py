@@ -46,6 +46,11 @@ MINIMAL = {
         "extreme_log_ratio",
     ): "old -30, logp -0.5, A = -2 (log-ratio 29.5, edge): per-token loss 2 exp(29.5), contract 2 exp(20); old -100: 2 exp(99.5) = inf",
     ("loss.dual_clip", "padding_nonfinite"): NAN_PAD,
+    ("loss.sapo", "padding_nonfinite"): NAN_PAD,
+    (
+        "loss.sapo",
+        "overflow",
+    ): "old -100, logp -0.5, A = 1, loss_type sapo (log-ratio 99.5): the ratio exp(99.5) is inf in float32; the loss is the saturated -4A/tau = -4, as the contract's, but d/dlogp is NaN (0 * inf), contract 0 (the log-ratio clamped at 20)",
     (
         "loss.dual_clip",
         "extreme_log_ratio",

@@ -106,6 +106,7 @@ def test_gspo_clip_metric_counts_sequences(shell):
         ({"loss_type": "dapo"}, NAN),  # loss.ppo_clip / loss.dual_clip
         ({"loss_type": "dapo", "importance_sampling_level": "sequence"}, NAN),  # loss.gspo
         ({"loss_type": "cispo", "epsilon_high": 5.0}, float("inf")),  # loss.cispo
+        ({"loss_type": "sapo"}, NAN),  # loss.sapo
     ],
 )
 def test_nonfinite_padding_poisons_the_loss(shell, config, pad):
