@@ -35,6 +35,7 @@ ENGINE_LIMITED = {
 BASELINED = (
     "adv.gdpo",
     "kl.importance_weighted",
+    "loss.sapo",
     "agg.token_mean",
     "agg.seq_mean_token_mean",
     "agg.seq_mean_token_sum",

@@ -24,6 +24,7 @@ BASELINED = (
     "loss.dual_clip",
     "loss.gspo",
     "loss.cispo",
+    "loss.sapo",
     "agg.token_mean",
     "agg.seq_mean_token_mean",
     "agg.seq_mean_token_sum",
